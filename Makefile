@@ -1,0 +1,43 @@
+# The README's two commands: `make demo` and `make test`.
+# Everything installs into .venv; nothing but Python 3.11, pip and make is assumed.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# 2 workers for the 2-core machine; override with `make test PYTEST_ARGS=...`
+PYTEST_ARGS ?= -n 2
+
+.PHONY: demo test test-slow test-all bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[bench,examples]'
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+## demo: install into .venv and run the main job (quick benchmark + training example)
+demo: $(VENV)/.installed-demo
+	$(BIN)/python -m logsoftmax bench --quick
+	$(BIN)/python examples/train_digits.py --quick
+
+## test: install the test extra and run the suite (slow cases excluded)
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+## test-slow: only the cases marked slow
+test-slow: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
+
+test-all: test test-slow
+
+## bench: the full CPU benchmark; writes docs/performance.md's table and plot
+bench: $(VENV)/.installed-test
+	$(BIN)/python benchmarks/bench_cpu.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache

@@ -1,0 +1,212 @@
+"""Backends: one interface, a name registry, and selection by array type.
+
+A backend *computes*; it never validates. The front door
+(:mod:`logsoftmax._api`) hands it arrays of a supported dtype, a canonical
+non-negative ``axis``, and an ``out`` that is either ``None`` (allocate a
+result of ``dtype``) or an already-checked array of the result's shape and
+``dtype`` which may be exactly one of the inputs (in place). Size-0 inputs
+reach the backend too and must give a size-0 result (``logsumexp`` over a
+zero-length axis gives ``-inf``).
+
+Selection, in order: the backend forced by :func:`use_backend` (this
+context/thread), else the one forced by :func:`set_backend` (process-wide),
+else by array type: dask arrays -> ``"dask"``, CUDA arrays (anything with
+``__cuda_array_interface__`` or a CUDA ``__dlpack__``) -> ``"cuda"``,
+everything else -> ``"cpu"``.
+
+Backends are registered by name with the dotted path of their class and
+imported on first use, so ``import logsoftmax`` never imports dask, torch or
+triton and never touches a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import importlib
+import importlib.util
+from typing import Iterator
+
+import numpy as np
+
+__all__ = [
+    "Backend",
+    "register_backend",
+    "get_backend",
+    "backends",
+    "set_backend",
+    "use_backend",
+    "select_backend",
+]
+
+
+class Backend:
+    """The interface every backend implements (the seed's ``IBackend``).
+
+    Array-type hooks (``accepts``, ``asarray``, ``dtype_of``, ``astype``)
+    have numpy defaults; the five ops must be implemented.
+
+    Op arguments:
+      x, diff_dst, dst: arrays of one supported dtype (f32/bf16/f16/f64),
+        any strides, possibly size 0.
+      axis: canonical non-negative int.
+      out: ``None`` or a checked array of the result's shape and ``dtype``.
+      dtype: numpy dtype of the result (``out.dtype`` when ``out`` is given);
+        may differ from the input dtype (benchdnn's mixed data types).
+    """
+
+    name: str = "?"
+    #: whether ``out=`` / in-place is meaningful (False for immutable arrays)
+    supports_out: bool = True
+
+    @classmethod
+    def available(cls) -> bool:
+        """True if this backend's optional dependencies are importable here.
+
+    Must be cheap and must not import the optional dependencies themselves
+    (use ``importlib.util.find_spec``); backend modules import them lazily.
+    """
+        return True
+
+    # -- array-type hooks -------------------------------------------------
+    def accepts(self, x) -> bool:
+        """Whether dispatch by array type picks this backend for ``x``."""
+        return False
+
+    def asarray(self, x):
+        """Convert an array-like into this backend's array type."""
+        return np.asarray(x)
+
+    def dtype_of(self, x) -> np.dtype:
+        """The numpy dtype describing ``x``'s elements."""
+        return np.dtype(x.dtype)
+
+    def astype(self, x, dtype: np.dtype):
+        """Cast ``x`` to the numpy ``dtype`` (used for promotion and AMP)."""
+        return x.astype(dtype)
+
+    # -- the ops ------------------------------------------------------------
+    def log_softmax(self, x, axis: int, out, dtype: np.dtype):
+        raise NotImplementedError
+
+    def log_softmax_backward(self, diff_dst, dst, axis: int, out, dtype: np.dtype):
+        raise NotImplementedError
+
+    def softmax(self, x, axis: int, out, dtype: np.dtype):
+        raise NotImplementedError
+
+    def softmax_backward(self, diff_dst, dst, axis: int, out, dtype: np.dtype):
+        raise NotImplementedError
+
+    def logsumexp(self, x, axes: tuple[int, ...], keepdims: bool):
+        """Reduce over ``axes`` (sorted, canonical, possibly empty = no-op).
+
+        The result has ``x``'s dtype.
+        """
+        raise NotImplementedError
+
+
+# name -> "module:Class"; instances are created on first use
+_REGISTRY: dict[str, str] = {
+    "cpu": "logsoftmax.backends.cpu:CpuBackend",
+    "reference": "logsoftmax.backends.reference:ReferenceBackend",
+    "dask": "logsoftmax.backends.dask:DaskBackend",
+    "cuda": "logsoftmax.backends.cuda:CudaBackend",
+}
+_INSTANCES: dict[str, Backend] = {}
+_forced_global: str | None = None
+_forced_local: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "logsoftmax_backend", default=None
+)
+
+
+def register_backend(name: str, target: str) -> None:
+    """Register (or replace) backend ``name`` as ``"module:Class"``."""
+    _REGISTRY[name] = target
+    _INSTANCES.pop(name, None)
+
+
+def _load_class(name: str):
+    module_name, _, cls_name = _REGISTRY[name].partition(":")
+    if importlib.util.find_spec(module_name) is None:
+        return None
+    return getattr(importlib.import_module(module_name), cls_name)
+
+
+def backends() -> list[str]:
+    """Names of the backends that can run here (their extras are installed)."""
+    names = []
+    for name in _REGISTRY:
+        try:
+            cls = _load_class(name)
+        except ImportError:
+            continue
+        if cls is not None and cls.available():
+            names.append(name)
+    return names
+
+
+def _check_name(name) -> None:
+    if name in _INSTANCES:
+        return
+    if name not in _REGISTRY or name not in backends():
+        raise ValueError(
+            f"unknown backend {name!r}; available backends: {', '.join(backends())}"
+        )
+
+
+def get_backend(name: str) -> Backend:
+    """The backend instance registered as ``name`` (ValueError if unavailable)."""
+    inst = _INSTANCES.get(name)
+    if inst is None:
+        _check_name(name)
+        inst = _INSTANCES[name] = _load_class(name)()
+    return inst
+
+
+def set_backend(name: str | None) -> None:
+    """Force backend ``name`` process-wide; ``None`` restores dispatch by array type."""
+    global _forced_global
+    if name is not None:
+        _check_name(name)
+    _forced_global = name
+
+
+@contextlib.contextmanager
+def use_backend(name: str) -> Iterator[Backend]:
+    """Context manager forcing backend ``name`` in this thread/context."""
+    _check_name(name)
+    token = _forced_local.set(name)
+    try:
+        yield get_backend(name)
+    finally:
+        _forced_local.reset(token)
+
+
+def _is_dask(x) -> bool:
+    return type(x).__module__.startswith("dask.")
+
+
+def _is_cuda(x) -> bool:
+    if hasattr(x, "__cuda_array_interface__"):
+        return True
+    dev = getattr(x, "__dlpack_device__", None)
+    if dev is None or isinstance(x, np.ndarray):
+        return False
+    try:
+        return int(dev()[0]) in (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+    except Exception:
+        return False
+
+
+def select_backend(x) -> Backend:
+    """The backend that runs ``x``: forced, else by array type."""
+    name = _forced_local.get() or _forced_global
+    if name is None:
+        if _is_dask(x):
+            name = "dask"
+        elif _is_cuda(x):
+            name = "cuda"
+        else:
+            name = "cpu"
+    return get_backend(name)

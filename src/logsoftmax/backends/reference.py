@@ -1,0 +1,82 @@
+"""The reference backend: the oracle, in decomposition style.
+
+Plain numpy, each function its formula, accumulated in float64 (long double
+for float64 input) and cast once to the result dtype. Slow and obviously
+right; every other backend is tested against it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import Backend
+
+__all__ = ["ReferenceBackend", "accumulation_dtype"]
+
+
+def accumulation_dtype(dtype) -> np.dtype:
+    """float64 for every input dtype, long double for float64 input."""
+    return np.dtype(np.longdouble if np.dtype(dtype) == np.float64 else np.float64)
+
+
+def _finite_max(x, axis):
+    """Row max with infinities replaced by 0, so ``x - m`` keeps them (torch._refs)."""
+    m = np.max(x, axis=axis, keepdims=True)
+    return np.where(np.isfinite(m), m, 0)
+
+
+def _log_softmax(x, axis):
+    # NaN/+inf/all--inf rows become NaN below; initial= lets zero-length rows through
+    m = np.max(x, axis=axis, keepdims=True, initial=-np.inf)
+    shifted = x - m
+    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+
+def _store(value, out, dtype):
+    if out is None:
+        return np.asarray(value).astype(dtype)
+    out[...] = np.asarray(value).astype(dtype)  # one rounding, then a copy
+    return out
+
+
+class ReferenceBackend(Backend):
+    """Float64 numpy oracle (see module docstring)."""
+
+    name = "reference"
+
+    def log_softmax(self, x, axis, out, dtype):
+        with np.errstate(all="ignore"):
+            y = _log_softmax(x.astype(accumulation_dtype(x.dtype)), axis)
+        return _store(y, out, dtype)
+
+    def softmax(self, x, axis, out, dtype):
+        with np.errstate(all="ignore"):
+            y = np.exp(_log_softmax(x.astype(accumulation_dtype(x.dtype)), axis))
+        return _store(y, out, dtype)
+
+    def log_softmax_backward(self, diff_dst, dst, axis, out, dtype):
+        acc = accumulation_dtype(diff_dst.dtype)
+        dd, y = diff_dst.astype(acc), dst.astype(acc)
+        with np.errstate(all="ignore"):
+            dx = dd - np.exp(y) * np.sum(dd, axis=axis, keepdims=True)
+        return _store(dx, out, dtype)
+
+    def softmax_backward(self, diff_dst, dst, axis, out, dtype):
+        acc = accumulation_dtype(diff_dst.dtype)
+        dd, y = diff_dst.astype(acc), dst.astype(acc)
+        with np.errstate(all="ignore"):
+            dx = y * (dd - np.sum(dd * y, axis=axis, keepdims=True))
+        return _store(dx, out, dtype)
+
+    def logsumexp(self, x, axes, keepdims):
+        xf = x.astype(accumulation_dtype(x.dtype))
+        if any(x.shape[a] == 0 for a in axes):
+            shape = [1 if i in axes else n for i, n in enumerate(x.shape)]
+            r = np.full(shape, -np.inf, xf.dtype)
+        else:
+            with np.errstate(all="ignore"):
+                m = _finite_max(xf, axes)
+                r = m + np.log(np.sum(np.exp(xf - m), axis=axes, keepdims=True))
+        if not keepdims:
+            r = r.reshape([n for i, n in enumerate(r.shape) if i not in axes])
+        return np.asarray(r).astype(x.dtype)

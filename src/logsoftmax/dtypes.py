@@ -1,0 +1,103 @@
+"""Data types: the public constants and the one place dtype policy lives.
+
+Every face of the library (functional, autograd, graph, CLI) asks this module
+which dtype a computation runs in and which dtype its result has; nothing
+else in the package decides that.
+
+- ``float32``, ``bfloat16`` (``ml_dtypes``), ``float16`` and ``float64`` are
+  computed natively: float32 accumulation for the first three, float64 (or
+  better) for float64.
+- Integer and bool inputs are promoted to float32 (as ``torch.log_softmax``
+  does for integer tensors once cast, and as JAX does).
+- Complex, object, string and other dtypes are rejected with ``TypeError``.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+__all__ = [
+    "float32",
+    "bfloat16",
+    "float16",
+    "float64",
+    "SUPPORTED",
+    "LOW_PRECISION",
+    "result_dtype",
+    "check_supported",
+    "eps",
+    "name_of",
+    "from_name",
+]
+
+float32 = np.dtype(np.float32)
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+float16 = np.dtype(np.float16)
+float64 = np.dtype(np.float64)
+
+#: dtypes the kernels compute in (inputs of any other dtype are promoted or rejected)
+SUPPORTED = (float32, bfloat16, float16, float64)
+#: dtypes that are widened to float32 in registers and rounded once on store
+LOW_PRECISION = (bfloat16, float16)
+
+_NAMES = {float32: "f32", bfloat16: "bf16", float16: "f16", float64: "f64"}
+_BY_NAME = {
+    **{v: k for k, v in _NAMES.items()},
+    "float32": float32,
+    "bfloat16": bfloat16,
+    "float16": float16,
+    "float64": float64,
+}
+
+
+def result_dtype(dtype, fn: str = "logsoftmax", arg: str = "x") -> np.dtype:
+    """The dtype an op computes in and returns for an input of ``dtype``.
+
+    Floating dtypes we support map to themselves; bool and integer dtypes are
+    promoted to float32; anything else raises ``TypeError`` naming the dtype.
+    """
+    dt = np.dtype(dtype)
+    if dt in SUPPORTED:
+        return dt
+    if dt.kind in "biu":
+        return float32
+    raise TypeError(
+        f"{fn}: {arg} has dtype {dt}, expected a real floating dtype "
+        "(float32, bfloat16, float16, float64) or an integer/bool dtype "
+        "(promoted to float32)"
+    )
+
+
+def check_supported(dtype, fn: str, arg: str) -> np.dtype:
+    """Return ``np.dtype(dtype)`` if it is one of :data:`SUPPORTED`, else raise ``TypeError``."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt not in SUPPORTED:
+        raise TypeError(
+            f"{fn}: {arg}={dtype!r} is not a supported dtype; expected one of "
+            "float32, bfloat16, float16, float64"
+        )
+    return dt
+
+
+def eps(dtype) -> float:
+    """Machine epsilon of ``dtype`` (the unit accuracy is measured in)."""
+    return float(ml_dtypes.finfo(np.dtype(dtype)).eps)
+
+
+def name_of(dtype) -> str:
+    """Short oneDNN-style name: ``f32``, ``bf16``, ``f16``, ``f64``."""
+    return _NAMES[np.dtype(dtype)]
+
+
+def from_name(name: str) -> np.dtype:
+    """Inverse of :func:`name_of`; also accepts ``float32``-style names."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown data type {name!r}; expected one of f32, bf16, f16, f64"
+        ) from None
