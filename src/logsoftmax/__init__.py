@@ -21,6 +21,31 @@ from .dtypes import bfloat16, float16, float32, float64
 
 __version__ = "0.1.0"
 
+# Faces beyond the functional API load on first access, so that
+# `import logsoftmax` stays light (numpy, ml_dtypes; numba on first kernel).
+_LAZY = {
+    "Tensor": ("logsoftmax.autograd", "Tensor"),
+    "tensor": ("logsoftmax.autograd", "tensor"),
+    "no_grad": ("logsoftmax.autograd", "no_grad"),
+    "AmpPolicy": ("logsoftmax.schema", "AmpPolicy"),
+    "OpSchema": ("logsoftmax.schema", "OpSchema"),
+    "registry": ("logsoftmax.schema", "registry"),
+}
+_SUBMODULES = ("amp", "autograd", "graph", "nn", "schema", "cli", "backends", "dtypes")
+
+
+def __getattr__(name):
+    import importlib
+
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"logsoftmax.{name}")
+    raise AttributeError(f"module 'logsoftmax' has no attribute {name!r}")
+
 __all__ = [
     # data types
     "float32",
@@ -37,4 +62,16 @@ __all__ = [
     "backends",
     "set_backend",
     "use_backend",
+    # op schema, AMP and autograd (API.md sections 3-4)
+    "AmpPolicy",
+    "OpSchema",
+    "registry",
+    "amp",
+    "Tensor",
+    "tensor",
+    "no_grad",
+    "nn",
+    "autograd",
+    # oneDNN-Graph-style API (API.md section 5)
+    "graph",
 ]
