@@ -1,0 +1,91 @@
+"""Reverse-mode autograd over the library's fused kernels (API.md section 4).
+
+>>> import numpy as np, logsoftmax as ls
+>>> from logsoftmax.nn import functional as F
+>>> x = ls.tensor(np.array([[1.0, 2.0, 3.0]]), requires_grad=True)
+>>> loss = F.nll_loss(F.log_softmax(x, axis=1), np.array([2]))
+>>> loss.backward()
+>>> np.round(x.grad.numpy(), 4)
+array([[ 0.09  ,  0.2447, -0.3348]])
+
+See ``docs/autograd.md`` for the model: nodes, schemas, saved outputs,
+``apply``, double backward and autocast.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from .engine import Node, run_backward
+from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .tensor import Tensor, _check_roots, as_tensor, tensor
+from .nodes import (  # noqa: E402  (registers every op's schema)
+    CrossEntropyBackward,
+    LogSoftmaxBackward,
+    NllLossBackward,
+    SoftmaxBackward,
+)
+
+__all__ = [
+    "Tensor",
+    "tensor",
+    "as_tensor",
+    "no_grad",
+    "enable_grad",
+    "set_grad_enabled",
+    "is_grad_enabled",
+    "grad",
+    "Node",
+    "LogSoftmaxBackward",
+    "SoftmaxBackward",
+    "NllLossBackward",
+    "CrossEntropyBackward",
+]
+
+
+def grad(
+    outputs: Tensor | Sequence[Tensor],
+    inputs: Tensor | Sequence[Tensor],
+    grad_outputs=None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: bool = False,
+) -> tuple[Tensor | None, ...]:
+    """Gradients of ``outputs`` with respect to ``inputs`` (``torch.autograd.grad``).
+
+    Unlike :meth:`Tensor.backward`, nothing is accumulated into any ``.grad``.
+
+    Args:
+      outputs: Tensor(s) to differentiate.
+      inputs: Tensor(s) that require grad (leaves or not).
+      grad_outputs: per output, a Tensor/array of its shape, or ``None`` for
+        a one-element output (taken as 1).
+      retain_graph: keep saved arrays (default: ``create_graph``).
+      create_graph: record the backward (for higher derivatives).
+      allow_unused: return ``None`` for an input the outputs do not depend on
+        instead of raising ``RuntimeError``.
+
+    Returns:
+      A tuple with one gradient Tensor (input's shape and dtype) per input.
+    """
+    outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    ins = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    for i, t in enumerate(ins):
+        if not isinstance(t, Tensor) or not t.requires_grad:
+            raise RuntimeError(f"grad: inputs[{i}] is not a Tensor that requires grad")
+    if grad_outputs is None or isinstance(grad_outputs, Tensor) or not isinstance(
+        grad_outputs, (list, tuple)
+    ):
+        grad_outputs = [grad_outputs] * len(outs) if grad_outputs is None else [grad_outputs]
+    roots, grads = _check_roots(outs, list(grad_outputs), "grad")
+    retain = create_graph if retain_graph is None else bool(retain_graph)
+    result = run_backward(roots, grads, retain, bool(create_graph), inputs=ins)
+    for i, g in enumerate(result):
+        if g is None and not allow_unused:
+            raise RuntimeError(
+                f"grad: inputs[{i}] was not used to compute the outputs "
+                "(pass allow_unused=True to get None for it)"
+            )
+        if g is not None and not create_graph:
+            result[i] = g.detach()
+    return tuple(result)

@@ -1,0 +1,217 @@
+"""The autograd engine: the ``Node`` base class and ``backward``.
+
+A graph is made of :class:`Node` objects, one per recorded op output. A node
+knows, per input, where that input's gradient goes (``next_functions``: the
+producing node, the leaf Tensor itself, or ``None``) and the input's shape
+and dtype (``input_meta``). ``backward`` sorts the nodes reachable from the
+roots once (iterative depth-first search, no recursion limit), then sweeps
+them in topological order, summing the gradients that fan in to each node
+before calling its ``backward``.
+
+Gradients are Tensors all the way: with ``create_graph=True`` the sweep runs
+with grad mode on, so every op a backward rule calls is itself recorded and
+can be differentiated again; otherwise it runs under ``no_grad`` and the ops
+are plain (fused) kernel calls. Autocast is always off during the sweep.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+
+from .. import amp
+from .grad_mode import _GRAD, enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+
+if TYPE_CHECKING:
+    from ..schema import OpSchema
+    from .tensor import Tensor
+
+# grad-mode names are re-exported for convenience (they live in .grad_mode)
+__all__ = ["Node", "run_backward", "no_grad", "enable_grad", "set_grad_enabled",
+           "is_grad_enabled"]
+
+
+class Node:
+    """One recorded op: its gradient rule plus the edges to its inputs.
+
+    Subclasses (one per op, in :mod:`.nodes`) carry an ``OpSchema`` and
+    implement ``compute`` (arrays in, one array out, saving what the gradient
+    needs in named fields listed in ``saved_fields``) and ``backward`` (the
+    output's gradient Tensor in, one gradient Tensor or ``None`` per input).
+    """
+
+    schema: ClassVar["OpSchema"]
+    #: attributes dropped by :meth:`release` after a backward pass
+    saved_fields: ClassVar[tuple[str, ...]] = ()
+    #: keep the (cast) input Tensors in ``self.inputs`` for ``backward``
+    keep_inputs: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        self.next_functions: tuple[Any, ...] = ()
+        self.input_meta: tuple[Any, ...] = ()
+        self.inputs: list["Tensor | None"] | None = None
+        self._freed = False
+        self._retained: list[weakref.ref] | None = None
+
+    def prepare(self, *inputs: "Tensor | None") -> None:
+        """Validate the inputs and store the op's attributes (keyword args)."""
+
+    def promote(self, dtypes: list) -> list | None:
+        """Per-input dtypes the op itself needs (e.g. a common dtype), or None."""
+        return None
+
+    @classmethod
+    def forward(cls, *inputs, **attrs) -> "Tensor":
+        """Validate, apply the schema's AMP policy, compute, and record."""
+        from .dispatch import dispatch
+
+        return dispatch(cls, inputs, attrs)
+
+    def compute(self, *arrays):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def backward(self, grad: "Tensor") -> Sequence["Tensor | None"]:  # pragma: no cover
+        raise NotImplementedError
+
+    def apply(self, grad_out) -> list:
+        """Eager backward: ``grad_out`` (Tensor or array) -> one array (or
+        ``None``) per input, computed by the op's fused backward kernel."""
+        from .tensor import as_tensor
+
+        self._check_alive()
+        with no_grad():
+            grads = self.backward(as_tensor(grad_out))
+        return [None if g is None else g.data for g in grads]
+
+    def release(self) -> None:
+        """Free the saved arrays (after a backward without ``retain_graph``)."""
+        for name in self.saved_fields:
+            setattr(self, name, None)
+        self._freed = bool(self.saved_fields)
+
+    def _check_alive(self) -> None:
+        if self._freed:
+            raise RuntimeError(
+                f"{type(self).__name__}: trying to backward through the graph a "
+                "second time (or to use saved tensors after they were freed); "
+                "the saved arrays are released after .backward(). Pass "
+                "retain_graph=True to the first backward to keep them."
+            )
+
+    def name(self) -> str:
+        return type(self).__name__
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.schema.name} v{self.schema.version}>"
+
+
+def _toposort(starts: Sequence[Node]) -> list[Node]:
+    """Nodes reachable from ``starts``, each after every node that feeds it a
+    gradient (reverse DFS post-order, with an explicit stack)."""
+    order: list[Node] = []
+    seen: set[int] = set()
+    for start in starts:
+        if id(start) in seen:
+            continue
+        seen.add(id(start))
+        stack = [(start, iter(start.next_functions))]
+        while stack:
+            node, children = stack[-1]
+            for child in children:
+                if isinstance(child, Node) and id(child) not in seen:
+                    seen.add(id(child))
+                    stack.append((child, iter(child.next_functions)))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    order.reverse()
+    return order
+
+
+def _accumulate(t: "Tensor", g: "Tensor", create_graph: bool) -> None:
+    """``t.grad += g``, out of place (so an earlier ``.grad`` is never mutated)."""
+    from . import _array
+    from .tensor import Tensor
+
+    if create_graph:
+        t._grad = g if t._grad is None else t._grad + g
+    elif t._grad is None:
+        t._grad = Tensor._make(_array.copy(g.data))  # never alias a caller's array
+    else:
+        with no_grad():
+            t._grad = Tensor._make((t._grad + g).data)
+
+
+def _conform(node: Node, i: int, g: "Tensor", meta) -> "Tensor":
+    """Check a rule's gradient against the input's shape; cast to its dtype."""
+    shape, dtype = meta
+    if tuple(g.shape) != shape:
+        raise RuntimeError(
+            f"{node.name()}: gradient for input {i} has shape {tuple(g.shape)}, "
+            f"expected {shape} (a bug in the op's backward rule)"
+        )
+    return g if g.dtype == dtype else g.to(dtype)
+
+
+def run_backward(
+    roots: Sequence["Tensor"],
+    grads: Sequence["Tensor"],
+    retain_graph: bool,
+    create_graph: bool,
+    inputs: Sequence["Tensor"] | None = None,
+) -> list["Tensor | None"] | None:
+    """Backpropagate ``grads`` from ``roots``.
+
+    Accumulates into the ``.grad`` of every reachable leaf (and of non-leaves
+    that ``retain_grad()``), or, when ``inputs`` is given, returns the
+    gradient for each of ``inputs`` and touches no ``.grad``.
+    """
+    want = None if inputs is None else {id(t): None for t in inputs}
+    want_nodes = {} if inputs is None else {
+        id(t.grad_fn): id(t) for t in inputs if t.grad_fn is not None
+    }
+    pending: dict[int, "Tensor"] = {}
+    starts: list[Node] = []
+
+    def send(edge, g: "Tensor") -> None:
+        if isinstance(edge, Node):
+            old = pending.get(id(edge))
+            pending[id(edge)] = g if old is None else old + g
+        elif want is None:
+            _accumulate(edge, g, create_graph)
+        elif id(edge) in want:
+            old = want[id(edge)]
+            want[id(edge)] = g if old is None else old + g
+
+    grad_token = _GRAD.set(create_graph)
+    amp_token = amp._disabled()
+    try:
+        for root, g in zip(roots, grads):
+            edge = root.grad_fn if root.grad_fn is not None else root
+            send(edge, g)
+            if isinstance(edge, Node):
+                starts.append(edge)
+        for node in _toposort(starts):
+            g = pending.pop(id(node), None)
+            if g is None:
+                continue
+            if id(node) in want_nodes:
+                want[want_nodes[id(node)]] = g
+            for ref in node._retained or ():
+                t = ref()
+                if t is not None and want is None:
+                    _accumulate(t, g, create_graph)
+            node._check_alive()
+            in_grads = node.backward(g)
+            if not retain_graph:
+                node.release()
+            for i, (edge, meta, gi) in enumerate(
+                zip(node.next_functions, node.input_meta, in_grads)
+            ):
+                if edge is not None and gi is not None:
+                    send(edge, _conform(node, i, gi, meta))
+    finally:
+        amp._restore(amp_token)
+        _GRAD.reset(grad_token)
+    return None if want is None else [want[id(t)] for t in inputs]

@@ -1,0 +1,365 @@
+"""Scalar building blocks the CPU kernels inline: exp, maxnum, loads, stores.
+
+Everything here is an ``@njit`` function or a numba ``@intrinsic``; LLVM
+inlines them into the kernels, and the kernels' loops vectorise around them
+(checked with ``inspect_asm``: ``zmm`` registers, ``vmaxps``, no gathers on
+the unit-stride paths).
+
+Buffers reach the kernels as flat 1-D arrays of their *storage* type:
+
+==========  ==============  ===============  ===========================
+dtype       storage view    compute type     store
+==========  ==============  ===============  ===========================
+float32     float32         float32          as is
+bfloat16    uint16          float32          round-to-nearest-even bits
+float16     int16           float32          LLVM ``fptrunc`` (RNE)
+float64     float64         float64          as is
+==========  ==============  ===============  ===========================
+
+float16 is viewed as *int16* (and bfloat16 as *uint16*) so that numba picks
+the right load/store overload from the buffer's type alone; numba 0.68 has no
+float16 scalar type on the CPU, so half floats are converted with LLVM's
+``fpext``/``fptrunc`` (``vcvtph2ps``/``vcvtps2ph`` on F16C machines).
+
+The float32 ``exp`` is a Cody-Waite range reduction, the Cephes ``expf``
+polynomial and an exponent built with integer ops; it vectorises (numba's
+``math.exp`` compiles to scalar ``expf`` calls: 0.8 G/s vs 6-7 G/s, see
+docs/performance.md) and is within 1 ulp of the correctly rounded result
+(``tests/test_cpu_backend.py::test_exp32_ulp``). It must stay free of
+fast-math reassociation, which would fold ``(t + magic) - magic`` away; no
+function in this package uses ``fastmath``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core.errors import TypingError
+from numba.extending import intrinsic, overload
+
+__all__ = [
+    "maxnum",
+    "fma",
+    "exp32",
+    "exp_c",
+    "load",
+    "store",
+    "neg_inf",
+    "compute_zero",
+    "scratch",
+    "f32_bits",
+    "bits_f32",
+]
+
+_F32 = types.float32
+_F64 = types.float64
+
+
+# ---------------------------------------------------------------------------
+# intrinsics
+# ---------------------------------------------------------------------------
+@intrinsic
+def maxnum(typingctx, a, b):
+    """``llvm.maxnum``: the larger of two floats, ignoring a NaN operand.
+
+    Unlike ``max()``/``np.maximum``/a ternary, this is the one spelling of a
+    running max that LLVM vectorises as a reduction (``vmaxps``). Because it
+    drops NaN, callers detect NaN rows separately (a NaN makes the sum NaN).
+    """
+    if a != b or a not in (_F32, _F64):
+        raise TypingError("maxnum: expected two float32 or two float64 values")
+    sig = a(a, b)
+
+    def codegen(context, builder, signature, args):
+        ft = args[0].type
+        fn = builder.module.declare_intrinsic(
+            "llvm.maxnum", [ft], ir.FunctionType(ft, [ft, ft])
+        )
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
+@intrinsic
+def fma(typingctx, a, b, c):
+    """``llvm.fma``: ``a * b + c`` with one rounding (``vfmadd`` on AVX-512).
+
+    Used explicitly rather than letting LLVM contract ``a * b + c``: the
+    result is then the same in scalar and vector code, which keeps every
+    layout's arithmetic bit-identical.
+    """
+    if not (a == b == c) or a not in (_F32, _F64):
+        raise TypingError("fma: expected three float32 or three float64 values")
+    sig = a(a, b, c)
+
+    def codegen(context, builder, signature, args):
+        ft = args[0].type
+        fn = builder.module.declare_intrinsic(
+            "llvm.fma", [ft], ir.FunctionType(ft, [ft, ft, ft])
+        )
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
+@intrinsic
+def f32_bits(typingctx, x):
+    """Bit pattern of a float32 as an int32 (a bitcast, no conversion)."""
+    if x != _F32:
+        raise TypingError("f32_bits: expected a float32")
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.int32(_F32), codegen
+
+
+@intrinsic
+def bits_f32(typingctx, i):
+    """The float32 whose bit pattern is the low 32 bits of integer ``i``."""
+    if not isinstance(i, types.Integer):
+        raise TypingError("bits_f32: expected an integer")
+
+    def codegen(context, builder, signature, args):
+        v = args[0]
+        if v.type.width > 32:
+            v = builder.trunc(v, ir.IntType(32))
+        elif v.type.width < 32:
+            v = builder.zext(v, ir.IntType(32))
+        return builder.bitcast(v, ir.FloatType())
+
+    return _F32(i), codegen
+
+
+@intrinsic
+def _half_to_f32(typingctx, h):
+    """IEEE half stored in an int16 -> float32 (exact)."""
+
+    def codegen(context, builder, signature, args):
+        half = builder.bitcast(args[0], ir.HalfType())
+        return builder.fpext(half, ir.FloatType())
+
+    return _F32(types.int16), codegen
+
+
+@intrinsic
+def _f32_to_half(typingctx, x):
+    """float32 -> IEEE half bits in an int16, rounded to nearest even."""
+
+    def codegen(context, builder, signature, args):
+        half = builder.fptrunc(args[0], ir.HalfType())
+        return builder.bitcast(half, ir.IntType(16))
+
+    return types.int16(_F32), codegen
+
+
+# ---------------------------------------------------------------------------
+# exp
+# ---------------------------------------------------------------------------
+_LOG2E = np.float32(1.44269504088896341)
+# ln 2 split so that n * _LN2_HI is exact for |n| < 2**9 (Cephes)
+_NLN2_HI = np.float32(-0.693359375)
+_NLN2_LO = np.float32(2.12194440e-4)
+# adding then subtracting 1.5 * 2**23 rounds to the nearest integer, and the
+# sum's low mantissa bits hold that integer: no float->int conversion (which
+# would be poison for NaN in LLVM) is needed.
+_MAGIC = np.float32(12582912.0)
+_MAGIC_BITS = np.int32(0x4B400000)
+_P0 = np.float32(1.9875691500e-4)
+_P1 = np.float32(1.3981999507e-3)
+_P2 = np.float32(8.3334519073e-3)
+_P3 = np.float32(4.1665795894e-2)
+_P4 = np.float32(1.6666665459e-1)
+_P5 = np.float32(5.0000001201e-1)
+_ONE = np.float32(1.0)
+_ZERO = np.float32(0.0)
+_INF32 = np.float32(np.inf)
+_NINF32 = np.float32(-np.inf)
+_NAN32 = np.float32(np.nan)
+# below -104 every result is 0 (the smallest subnormal is 2**-149 ~ e**-103.3);
+# above 89 every result is inf (FLT_MAX ~ e**88.72)
+_UNDER = np.float32(-104.0)
+_OVER = np.float32(89.0)
+
+
+@njit
+def exp32(x):
+    """float32 ``e**x``, within 1 ulp, vectorisable; NaN -> NaN, -inf -> 0.
+
+    ``n = round(x / ln 2)``, ``r = x - n ln 2`` (two-part ln 2, fused
+    multiply-adds), ``e**r`` by the Cephes polynomial in FMA Horner form, then ``2**n`` applied as
+    two exponent-bit scalings ``2**(n//2) * 2**(n - n//2)`` so subnormal
+    results stay graded. ``e**0`` is exactly 1.
+    """
+    t = fma(x, _LOG2E, _MAGIC)
+    nf = t - _MAGIC
+    n = f32_bits(t) - _MAGIC_BITS
+    r = fma(nf, _NLN2_LO, fma(nf, _NLN2_HI, x))
+    p = fma(_P0, r, _P1)
+    p = fma(p, r, _P2)
+    p = fma(p, r, _P3)
+    p = fma(p, r, _P4)
+    p = fma(p, r, _P5)
+    p = fma(p, r * r, r) + _ONE
+    n1 = n >> 1
+    n2 = n - n1
+    s1 = bits_f32((n1 + 127) << 23)
+    s2 = bits_f32((n2 + 127) << 23)
+    y = (p * s1) * s2
+    # comparisons are False for NaN, so NaN flows through to y
+    y = _ZERO if x < _UNDER else y
+    y = _INF32 if x > _OVER else y
+    return y
+
+
+def exp_c(x):
+    """``e**x`` in the compute type: :func:`exp32` or ``math.exp`` (float64)."""
+    raise NotImplementedError  # pragma: no cover - replaced by the overload
+
+
+@overload(exp_c)
+def _exp_c_ol(x):
+    if x == _F32:
+        return lambda x: exp32(x)
+    if x == _F64:
+        return lambda x: math.exp(x)
+    raise TypingError(f"exp_c: unsupported type {x}")
+
+
+# ---------------------------------------------------------------------------
+# loads and stores
+# ---------------------------------------------------------------------------
+def load(buf, i):
+    """Element ``i`` of a storage-typed buffer, widened to the compute type."""
+    raise NotImplementedError  # pragma: no cover
+
+
+@overload(load)
+def _load_ol(buf, i):
+    dt = buf.dtype
+    if dt == _F32 or dt == _F64:
+        return lambda buf, i: buf[i]
+    if dt == types.uint16:  # bfloat16: the high half of a float32
+        return lambda buf, i: bits_f32(np.uint32(buf[i]) << np.uint32(16))
+    if dt == types.int16:  # float16
+        return lambda buf, i: _half_to_f32(buf[i])
+    raise TypingError(f"load: unsupported buffer dtype {dt}")
+
+
+@njit
+def _bf16_bits(v):
+    """float32 -> bfloat16 bits, round to nearest even; NaN stays a quiet NaN."""
+    b = np.uint32(f32_bits(v))
+    r = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    if v != v:
+        r = (b >> np.uint32(16)) | np.uint32(0x0040)
+    return np.uint16(r)
+
+
+@njit
+def _f64_to_f32_odd(v):
+    """float64 -> float32 rounded to odd: rounding that again to bfloat16 or
+    float16 (>= 2 fewer mantissa bits) equals one correct rounding of ``v``.
+    """
+    f = np.float32(v)
+    if np.float64(f) != v and f == f and abs(f) != _INF32:
+        b = f32_bits(f)
+        # f was rounded away from zero: step one ulp back toward zero
+        if abs(np.float64(f)) > abs(v):
+            b = b - np.int32(1)
+        f = bits_f32(b | np.int32(1))
+    elif abs(f) == _INF32 and not math.isinf(v):
+        # overflowed while rounding: the odd neighbour below is FLT_MAX
+        f = np.float32(math.copysign(3.4028234663852886e38, v))
+    return f
+
+
+def store(buf, i, v):
+    """Round compute-type value ``v`` once into element ``i`` of ``buf``."""
+    raise NotImplementedError  # pragma: no cover
+
+
+@overload(store)
+def _store_ol(buf, i, v):
+    dt = buf.dtype
+    if v == _F32:
+        if dt == _F32 or dt == _F64:
+
+            def impl(buf, i, v):
+                buf[i] = v
+
+        elif dt == types.uint16:
+
+            def impl(buf, i, v):
+                buf[i] = _bf16_bits(v)
+
+        elif dt == types.int16:
+
+            def impl(buf, i, v):
+                buf[i] = _f32_to_half(v)
+
+        else:
+            raise TypingError(f"store: unsupported buffer dtype {dt}")
+        return impl
+    if v == _F64:
+        if dt == _F64 or dt == _F32:
+
+            def impl(buf, i, v):
+                buf[i] = v
+
+        elif dt == types.uint16:
+
+            def impl(buf, i, v):
+                buf[i] = _bf16_bits(_f64_to_f32_odd(v))
+
+        elif dt == types.int16:
+
+            def impl(buf, i, v):
+                buf[i] = _f32_to_half(_f64_to_f32_odd(v))
+
+        else:
+            raise TypingError(f"store: unsupported buffer dtype {dt}")
+        return impl
+    raise TypingError(f"store: unsupported value type {v}")
+
+
+# ---------------------------------------------------------------------------
+# compute-type helpers (the compute type follows the input buffer)
+# ---------------------------------------------------------------------------
+def neg_inf(buf):
+    """``-inf`` in the compute type of ``buf``."""
+    raise NotImplementedError  # pragma: no cover
+
+
+@overload(neg_inf)
+def _neg_inf_ol(buf):
+    if buf.dtype == _F64:
+        return lambda buf: -np.inf
+    return lambda buf: _NINF32
+
+
+def compute_zero(buf):
+    """``0`` in the compute type of ``buf``."""
+    raise NotImplementedError  # pragma: no cover
+
+
+@overload(compute_zero)
+def _compute_zero_ol(buf):
+    if buf.dtype == _F64:
+        return lambda buf: 0.0
+    return lambda buf: _ZERO
+
+
+def scratch(buf, n):
+    """A new uninitialised 1-D array of ``n`` compute-type elements."""
+    raise NotImplementedError  # pragma: no cover
+
+
+@overload(scratch)
+def _scratch_ol(buf, n):
+    if buf.dtype == _F64:
+        return lambda buf, n: np.empty(n, np.float64)
+    return lambda buf, n: np.empty(n, np.float32)

@@ -1,0 +1,687 @@
+"""Fused log-softmax-family kernels (numba), over ``(outer1, outer2, n, inner)``.
+
+Algorithm (every kernel, every layout -- the arithmetic is *defined* per row,
+so results are bit-identical whatever the strides of the output, in place or
+not, the number of threads, or whether a long row is split across threads):
+
+* A row of ``n`` elements is cut into chunks of ``CHUNK = 4096`` elements
+  (the last one shorter). For chunk ``c``:
+  ``m_c = max`` (exact; ``llvm.maxnum``, vectorised) and
+  ``s_c = sum(exp(x - m_c))`` where the terms go to a scratch buffer and are
+  added by a fixed pairwise tree (pairs ``i, i + h`` for
+  ``h = P/2, P/4, ..., 1``; ``P`` the next power of two, missing partners
+  count as 0, which adds exactly). Error of ``s_c``: ~log2(4096) = 12
+  roundings on a path, vs 4096 for a plain loop.
+* Chunks merge in order, in float64:
+  ``(m, s) <- (max(m, m_c), s * e^(m - M) + s_c * e^(m_c - M))``.
+  This is the online softmax at chunk granularity: pass 1 reads each row
+  once from memory (a chunk's second read, for the exponentials, hits L1).
+* Pass 2 writes ``y = (x - m) - log(s)`` (log_softmax, in this order),
+  ``exp(x - m) * (1/s)`` (softmax), from ``x`` re-read from cache.
+* Backward: ``S = sum(diff_dst)`` (softmax: ``sum(diff_dst * dst)``) with the
+  same chunk/tree/float64 structure, then one pass writing
+  ``diff_dst - exp(dst) * S`` (softmax: ``dst * (diff_dst - S)``).
+* bf16/f16/f32 compute in float32 (terms, tree, pass 2), float64 compute in
+  float64 (``math.exp``); ``m``, ``s`` merging and ``log`` are float64.
+  Low-precision results are rounded once on store.
+
+Special values fall out of the arithmetic: a NaN or ``+inf`` in a chunk
+makes its sum NaN (``inf - inf``), a ``-inf`` element contributes 0; a chunk
+of only ``-inf`` contributes ``s_c = 0`` (or NaN if it also holds a NaN:
+``maxnum`` hides NaN, so such chunks are rescanned). An all-``-inf`` row
+ends with ``m = -inf, s = 0`` and pass 2 gives ``-inf - -inf = NaN``.
+
+Parallelism (``numba.prange``): over rows (``inner == 1``) or over
+``(outer, inner tile)`` items; rows longer than two chunks with fewer rows
+than ``2 * threads`` are split chunk-wise across threads (partials merged in
+chunk order, so split and unsplit give the same bits).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange, types
+from numba.core.errors import TypingError
+from numba.extending import overload
+
+from ._simd import compute_zero, exp_c, load, maxnum, neg_inf, scratch, store
+
+__all__ = [
+    "CHUNK",
+    "fwd_rows",
+    "fwd_rows_split",
+    "fwd_inner",
+    "lse_rows",
+    "lse_rows_split",
+    "lse_inner",
+    "bwd_rows",
+    "bwd_rows_split",
+    "bwd_inner",
+]
+
+#: elements per chunk: a chunk of f32 (16 KiB) and its terms (16 KiB) fill
+#: the 32 KiB L1; the API's accuracy rule allows pairwise blocks <= 4096
+CHUNK = 4096
+#: chunks per parallel task on the split path (amortises scratch allocation)
+_GROUP = 8
+
+_KW = dict(cache=True, error_model="numpy")
+_PKW = dict(cache=True, error_model="numpy", parallel=True)
+
+
+def to_compute(buf, v):
+    """float64 ``v`` converted to the compute type of ``buf``."""
+    raise NotImplementedError  # pragma: no cover
+
+
+@overload(to_compute)
+def _to_compute_ol(buf, v):
+    if buf.dtype == types.float64:
+        return lambda buf, v: v
+    if buf.dtype in (types.float32, types.uint16, types.int16):
+        return lambda buf, v: np.float32(v)
+    raise TypingError(f"to_compute: unsupported buffer dtype {buf.dtype}")
+
+
+# ---------------------------------------------------------------------------
+# per-row building blocks
+# ---------------------------------------------------------------------------
+@njit(**_KW)
+def _gather(buf, off, n, step, dst):
+    """``dst[:n] = buf[off + k * step]``: stage a strided row (any sign, 0 =
+    broadcast) contiguously, so the arithmetic runs on unit-stride code only."""
+    for k in range(n):
+        dst[k] = buf[off + k * step]
+    return dst[:n]
+
+
+@njit(**_KW)
+def _scatter(src, buf, off, n, step):
+    """``buf[off + k * step] = src[k]``: the inverse of :func:`_gather`."""
+    for k in range(n):
+        buf[off + k * step] = src[k]
+
+
+@njit(**_KW)
+def _has_nan_strided(buf, off, n, step):
+    for k in range(n):
+        v = load(buf, off + k * step)
+        if v != v:
+            return True
+    return False
+
+
+@njit(**_KW)
+def _tree(t, n):
+    """Pairwise sum of ``t[:n]`` in the fixed order of the module docstring
+    (destroys ``t``)."""
+    if n == 1:
+        return t[0]
+    h = _top(n)
+    for i in range(n - h):
+        t[i] += t[i + h]
+    h //= 2
+    while h >= 1:
+        for i in range(h):
+            t[i] += t[i + h]
+        h //= 2
+    return t[0]
+
+
+@njit(**_KW)
+def _has_nan(seg):
+    for k in range(seg.shape[0]):
+        v = load(seg, k)
+        if v != v:
+            return True
+    return False
+
+
+@njit(**_KW)
+def _top(n):
+    """The first tree level's pair distance: largest power of two below ``n``."""
+    h = 1
+    while h * 2 < n:
+        h *= 2
+    return h
+
+
+@njit(**_KW)
+def _chunk_stats(seg, t):
+    """``(m_c, s_c)`` of one chunk: exact max, float64 of the tree-summed
+    ``exp(x - m_c)``; an all--inf chunk gives ``(-inf, 0)`` or ``(-inf, nan)``.
+
+    The tree's first level is fused into the exp loop (``t[i] = e_i + e_{i+h}``),
+    which is the same arithmetic as :func:`_tree` on the stored terms and
+    saves one pass over the scratch (measured: ~0.05 ns/element).
+    """
+    n = seg.shape[0]
+    m = neg_inf(seg)
+    for k in range(n):
+        m = maxnum(m, load(seg, k))
+    if m == neg_inf(seg):
+        return m, (np.nan if _has_nan(seg) else 0.0)
+    if n == 1:
+        return m, np.float64(exp_c(load(seg, 0) - m))
+    h = _top(n)
+    hi = seg[h:]
+    for i in range(n - h):
+        t[i] = exp_c(load(seg, i) - m) + exp_c(load(hi, i) - m)
+    for i in range(n - h, h):
+        t[i] = exp_c(load(seg, i) - m)
+    return m, np.float64(_tree(t, h))
+
+
+@njit
+def _merge(m, s, mc, sc):
+    """Online-softmax merge of chunk ``(mc, sc)`` into ``(m, s)``, float64."""
+    if mc > m:
+        return mc, s * math.exp(np.float64(m) - np.float64(mc)) + sc
+    if mc == m:
+        return m, s + sc
+    return m, s + sc * math.exp(np.float64(mc) - np.float64(m))
+
+
+@njit(**_KW)
+def _row_stats(seg, t):
+    """``(m, s)`` of a whole row: chunk stats merged in chunk order."""
+    n = seg.shape[0]
+    m, s = _chunk_stats(seg[: min(n, CHUNK)], t)
+    for c0 in range(CHUNK, n, CHUNK):
+        mc, sc = _chunk_stats(seg[c0 : min(n, c0 + CHUNK)], t)
+        m, s = _merge(m, s, mc, sc)
+    return m, s
+
+
+@njit(**_KW)
+def _fwd_write(xs, os, m, s, op):
+    """Pass 2 of the forward: log_softmax (op 0) or softmax (op 1)."""
+    n = xs.shape[0]
+    if op == 0:
+        ls = to_compute(xs, math.log(s))
+        for k in range(n):
+            store(os, k, (load(xs, k) - m) - ls)
+    else:
+        inv = to_compute(xs, 1.0 / s)
+        for k in range(n):
+            store(os, k, exp_c(load(xs, k) - m) * inv)
+
+
+@njit(**_KW)
+def _bwd_terms_sum(ds, ys, t, op):
+    """One chunk's tree sum of diff_dst (op 0) or diff_dst * dst (op 1), the
+    first tree level fused into the load loop as in :func:`_chunk_stats`."""
+    n = ds.shape[0]
+    if n == 1:
+        v = load(ds, 0) if op == 0 else load(ds, 0) * load(ys, 0)
+        return np.float64(v)
+    h = _top(n)
+    dh = ds[h:]
+    yh = ys[h:]
+    if op == 0:
+        for i in range(n - h):
+            t[i] = load(ds, i) + load(dh, i)
+        for i in range(n - h, h):
+            t[i] = load(ds, i)
+    else:
+        for i in range(n - h):
+            t[i] = load(ds, i) * load(ys, i) + load(dh, i) * load(yh, i)
+        for i in range(n - h, h):
+            t[i] = load(ds, i) * load(ys, i)
+    return np.float64(_tree(t, h))
+
+
+@njit(**_KW)
+def _bwd_row_sum(ds, ys, t, op):
+    n = ds.shape[0]
+    s = 0.0
+    for c0 in range(0, n, CHUNK):
+        c1 = min(n, c0 + CHUNK)
+        s += _bwd_terms_sum(ds[c0:c1], ys[c0:c1], t, op)
+    return s
+
+
+@njit(**_KW)
+def _bwd_write(ds, ys, os, s, op):
+    n = ds.shape[0]
+    sc = to_compute(ds, s)
+    if op == 0:
+        for k in range(n):
+            store(os, k, load(ds, k) - exp_c(load(ys, k)) * sc)
+    else:
+        for k in range(n):
+            store(os, k, load(ys, k) * (load(ds, k) - sc))
+
+
+@njit(**_KW)
+def _lse_value(buf, off, n, step, m, s):
+    """float64 logsumexp from row stats; ``+inf`` rows are ``+inf`` unless NaN."""
+    if m == np.inf:
+        return np.nan if _has_nan_strided(buf, off, n, step) else np.inf
+    return np.float64(m) + math.log(s)
+
+
+# ---------------------------------------------------------------------------
+# row kernels (inner == 1)
+# ---------------------------------------------------------------------------
+# Operands whose axis stride is not 1 are staged through a per-task row
+# buffer (:func:`_gather` / :func:`_scatter`): every kernel then compiles one
+# unit-stride specialisation of the helpers, which halves compile time and
+# keeps the arithmetic identical for every layout.
+@njit
+def _row_off(g, r, n2):
+    i1 = r // n2
+    return g[0] + i1 * g[1] + (r - i1 * n2) * g[2]
+
+
+@njit
+def _stage(buf, g, n):
+    """A row-sized staging buffer if geometry ``g`` is strided, else empty."""
+    return np.empty(n if g[3] != 1 else 0, buf.dtype)
+
+
+@njit
+def _row(buf, g, off, n, stage):
+    """Row at ``off``: a contiguous slice, or gathered into ``stage``."""
+    if g[3] == 1:
+        return buf[off : off + n]
+    return _gather(buf, off, n, g[3], stage)
+
+
+@njit
+def _dst(buf, g, off, n, stage):
+    """Where to write a row: a contiguous slice of ``buf``, or ``stage``."""
+    if g[3] == 1:
+        return buf[off : off + n]
+    return stage[:n]
+
+
+@njit
+def _flush(buf, g, off, n, stage):
+    if g[3] != 1:
+        _scatter(stage, buf, off, n, g[3])
+
+
+@njit(inline="always")
+def _task_rows(task, ntask, rows):
+    return range(task * rows // ntask, (task + 1) * rows // ntask)
+
+
+@njit(**_PKW)
+def fwd_rows(xb, xg, ob, og, n1, n2, n, op):
+    """Forward over rows, one row per iteration (see module docstring)."""
+    rows = n1 * n2
+    ntask = min(rows, 256)
+    for task in prange(ntask):
+        t = scratch(xb, min(n, CHUNK))
+        xst = _stage(xb, xg, n)
+        ost = _stage(ob, og, n)
+        for r in _task_rows(task, ntask, rows):
+            xo = _row_off(xg, r, n2)
+            oo = _row_off(og, r, n2)
+            xs = _row(xb, xg, xo, n, xst)
+            m, s = _row_stats(xs, t)
+            _fwd_write(xs, _dst(ob, og, oo, n, ost), m, s, op)
+            _flush(ob, og, oo, n, ost)
+
+
+@njit(**_PKW)
+def lse_rows(xb, xg, rb, rg, n1, n2, n):
+    """logsumexp of every row into float64 ``rb`` (geometry ``rg``)."""
+    rows = n1 * n2
+    ntask = min(rows, 256)
+    for task in prange(ntask):
+        t = scratch(xb, min(n, CHUNK))
+        xst = _stage(xb, xg, n)
+        for r in _task_rows(task, ntask, rows):
+            xo = _row_off(xg, r, n2)
+            xs = _row(xb, xg, xo, n, xst)
+            m, s = _row_stats(xs, t)
+            rb[_row_off(rg, r, n2)] = _lse_value(xs, 0, n, 1, m, s)
+
+
+@njit(**_PKW)
+def bwd_rows(db, dg, yb, yg, ob, og, n1, n2, n, op):
+    """Backward over rows: log_softmax (op 0) or softmax (op 1)."""
+    rows = n1 * n2
+    ntask = min(rows, 256)
+    for task in prange(ntask):
+        t = scratch(db, min(n, CHUNK))
+        dst_ = _stage(db, dg, n)
+        yst = _stage(yb, yg, n)
+        ost = _stage(ob, og, n)
+        for r in _task_rows(task, ntask, rows):
+            do = _row_off(dg, r, n2)
+            yo = _row_off(yg, r, n2)
+            oo = _row_off(og, r, n2)
+            ds = _row(db, dg, do, n, dst_)
+            ys = _row(yb, yg, yo, n, yst)
+            s = _bwd_row_sum(ds, ys, t, op)
+            _bwd_write(ds, ys, _dst(ob, og, oo, n, ost), s, op)
+            _flush(ob, og, oo, n, ost)
+
+
+# ---------------------------------------------------------------------------
+# split rows: few long rows, chunks spread over threads
+# ---------------------------------------------------------------------------
+@njit(**_PKW)
+def _stats_split(xb, xg, n1, n2, n):
+    rows = n1 * n2
+    nch = (n + CHUNK - 1) // CHUNK
+    ntk = (nch + _GROUP - 1) // _GROUP
+    pm = np.empty(rows * nch, np.float64)
+    ps = np.empty(rows * nch, np.float64)
+    for it in prange(rows * ntk):
+        r = it // ntk
+        g0 = (it - r * ntk) * _GROUP
+        t = scratch(xb, CHUNK)
+        xst = _stage(xb, xg, CHUNK)
+        o = _row_off(xg, r, n2)
+        for c in range(g0, min(nch, g0 + _GROUP)):
+            c0 = c * CHUNK
+            ln = min(n, c0 + CHUNK) - c0
+            mc, sc = _chunk_stats(_row(xb, xg, o + c0 * xg[3], ln, xst), t)
+            pm[r * nch + c] = mc
+            ps[r * nch + c] = sc
+    # merge in chunk order: the same sequence as _row_stats
+    ms = np.empty(rows, np.float64)
+    ss = np.empty(rows, np.float64)
+    for r in range(rows):
+        m = to_compute(xb, pm[r * nch])
+        s = ps[r * nch]
+        for c in range(1, nch):
+            m, s = _merge(m, s, to_compute(xb, pm[r * nch + c]), ps[r * nch + c])
+        ms[r] = m
+        ss[r] = s
+    return ms, ss
+
+
+@njit(**_PKW)
+def fwd_rows_split(xb, xg, ob, og, n1, n2, n, op):
+    """Forward for few long rows: chunks of every row spread over threads."""
+    ms, ss = _stats_split(xb, xg, n1, n2, n)
+    rows = n1 * n2
+    nch = (n + CHUNK - 1) // CHUNK
+    for it in prange(rows * nch):
+        r = it // nch
+        c0 = (it - r * nch) * CHUNK
+        ln = min(n, c0 + CHUNK) - c0
+        xst = _stage(xb, xg, ln)
+        ost = _stage(ob, og, ln)
+        xo = _row_off(xg, r, n2) + c0 * xg[3]
+        oo = _row_off(og, r, n2) + c0 * og[3]
+        xs = _row(xb, xg, xo, ln, xst)
+        _fwd_write(xs, _dst(ob, og, oo, ln, ost), to_compute(xb, ms[r]), ss[r], op)
+        _flush(ob, og, oo, ln, ost)
+
+
+@njit(**_KW)
+def lse_rows_split(xb, xg, rb, rg, n1, n2, n):
+    """logsumexp for few long rows (chunks spread over threads)."""
+    ms, ss = _stats_split(xb, xg, n1, n2, n)
+    for r in range(n1 * n2):
+        m = to_compute(xb, ms[r])
+        rb[_row_off(rg, r, n2)] = _lse_value(
+            xb, _row_off(xg, r, n2), n, xg[3], m, ss[r]
+        )
+
+
+@njit(**_PKW)
+def bwd_rows_split(db, dg, yb, yg, ob, og, n1, n2, n, op):
+    """Backward for few long rows (chunks spread over threads)."""
+    rows = n1 * n2
+    nch = (n + CHUNK - 1) // CHUNK
+    ps = np.empty(rows * nch, np.float64)
+    for it in prange(rows * nch):
+        r = it // nch
+        c0 = (it - r * nch) * CHUNK
+        ln = min(n, c0 + CHUNK) - c0
+        t = scratch(db, CHUNK)
+        dst_ = _stage(db, dg, ln)
+        yst = _stage(yb, yg, ln)
+        ds = _row(db, dg, _row_off(dg, r, n2) + c0 * dg[3], ln, dst_)
+        ys = _row(yb, yg, _row_off(yg, r, n2) + c0 * yg[3], ln, yst)
+        ps[it] = _bwd_terms_sum(ds, ys, t, op)
+    ss = np.empty(rows, np.float64)
+    for r in range(rows):
+        s = 0.0  # the same left-to-right float64 sum as _bwd_row_sum
+        for c in range(nch):
+            s += ps[r * nch + c]
+        ss[r] = s
+    for it in prange(rows * nch):
+        r = it // nch
+        c0 = (it - r * nch) * CHUNK
+        ln = min(n, c0 + CHUNK) - c0
+        dst_ = _stage(db, dg, ln)
+        yst = _stage(yb, yg, ln)
+        ost = _stage(ob, og, ln)
+        ds = _row(db, dg, _row_off(dg, r, n2) + c0 * dg[3], ln, dst_)
+        ys = _row(yb, yg, _row_off(yg, r, n2) + c0 * yg[3], ln, yst)
+        oo = _row_off(og, r, n2) + c0 * og[3]
+        _bwd_write(ds, ys, _dst(ob, og, oo, ln, ost), ss[r], op)
+        _flush(ob, og, oo, ln, ost)
+
+
+# ---------------------------------------------------------------------------
+# inner kernels (inner > 1): vectorise across a tile of J inner columns
+# ---------------------------------------------------------------------------
+# A tile is n rows of jn <= J inner elements. With unit inner stride the
+# tile is read in place (row k at base + k * sn); otherwise it is gathered
+# into a dense n x J stage first (and the output scattered from one).
+@njit(**_KW)
+def _tile_in(buf, g, base, n, jn, J, stage):
+    """``(buffer, base, row stride)`` of a tile: in place, or staged."""
+    if g[4] == 1:
+        return buf, base, g[3]
+    for k in range(n):
+        for j in range(jn):
+            stage[k * J + j] = buf[base + k * g[3] + j * g[4]]
+    return stage, 0, J
+
+
+@njit(**_KW)
+def _tile_out(buf, g, base, J, stage):
+    if g[4] == 1:
+        return buf, base, g[3]
+    return stage, 0, J
+
+
+@njit(**_KW)
+def _tile_flush(buf, g, base, n, jn, J, stage):
+    if g[4] != 1:
+        for k in range(n):
+            for j in range(jn):
+                buf[base + k * g[3] + j * g[4]] = stage[k * J + j]
+
+
+@njit
+def _tile_stage(buf, g, n, J):
+    return np.empty(n * J if g[4] != 1 else 0, buf.dtype)
+
+
+@njit(**_KW)
+def _col_max(xr, mc, jn):
+    for j in range(jn):
+        mc[j] = maxnum(mc[j], load(xr, j))
+
+
+@njit(**_KW)
+def _col_exp(xr, mc, t, base, jn):
+    for j in range(jn):
+        t[base + j] = exp_c(load(xr, j) - mc[j])
+
+
+@njit(**_KW)
+def _col_copy(dr, yr, t, base, jn, op):
+    if op == 0:
+        for j in range(jn):
+            t[base + j] = load(dr, j)
+    else:
+        for j in range(jn):
+            t[base + j] = load(dr, j) * load(yr, j)
+
+
+@njit(**_KW)
+def _tree_cols(t, cl, J, jn):
+    """:func:`_tree` on every column of ``t`` laid out ``[k * J + j]``: the
+    same pairs in the same order, so each column's sum is bit-identical to
+    the row kernels' sum of the same values."""
+    if cl == 1:
+        return
+    h = _top(cl)
+    for i in range(cl - h):
+        a = i * J
+        b = (i + h) * J
+        for j in range(jn):
+            t[a + j] += t[b + j]
+    h //= 2
+    while h >= 1:
+        for i in range(h):
+            a = i * J
+            b = (i + h) * J
+            for j in range(jn):
+                t[a + j] += t[b + j]
+        h //= 2
+
+
+@njit(**_KW)
+def _inner_stats(xb, base, sn, n, jn, J, t, mc, m, s):
+    """Per-column ``(m, s)`` of a unit-inner-stride tile (``j < jn``)."""
+    for c0 in range(0, n, CHUNK):
+        cl = min(n - c0, CHUNK)
+        for j in range(jn):
+            mc[j] = neg_inf(xb)
+        for k in range(cl):
+            p = base + (c0 + k) * sn
+            _col_max(xb[p : p + jn], mc, jn)
+        for k in range(cl):
+            p = base + (c0 + k) * sn
+            _col_exp(xb[p : p + jn], mc, t, k * J, jn)
+        _tree_cols(t, cl, J, jn)
+        for j in range(jn):
+            if mc[j] == neg_inf(xb):
+                nan = _has_nan_strided(xb, base + c0 * sn + j, cl, sn)
+                sc = np.nan if nan else 0.0
+            else:
+                sc = np.float64(t[j])
+            if c0 == 0:
+                m[j] = mc[j]
+                s[j] = sc
+            else:
+                m[j], s[j] = _merge(m[j], s[j], mc[j], sc)
+
+
+@njit
+def _tiles(ni, J):
+    return (ni + J - 1) // J
+
+
+@njit(**_KW)
+def _inner_fwd_row(xr, orow, m, f, jn, op):
+    if op == 0:
+        for j in range(jn):
+            store(orow, j, (load(xr, j) - m[j]) - f[j])
+    else:
+        for j in range(jn):
+            store(orow, j, exp_c(load(xr, j) - m[j]) * f[j])
+
+
+@njit(**_PKW)
+def fwd_inner(xb, xg, ob, og, n1, n2, n, ni, op, J):
+    """Forward, reduction over a strided axis, vectorised across inner."""
+    ntile = _tiles(ni, J)
+    for it in prange(n1 * n2 * ntile):
+        o = it // ntile
+        j0 = (it - o * ntile) * J
+        jn = min(J, ni - j0)
+        xo = _row_off(xg, o, n2) + j0 * xg[4]
+        oo = _row_off(og, o, n2) + j0 * og[4]
+        t = scratch(xb, min(n, CHUNK) * J)
+        mc = scratch(xb, J)
+        m = scratch(xb, J)
+        s = np.empty(J, np.float64)
+        xst = _tile_stage(xb, xg, n, J)
+        ost = _tile_stage(ob, og, n, J)
+        xt, xbase, xsn = _tile_in(xb, xg, xo, n, jn, J, xst)
+        ot, obase, osn = _tile_out(ob, og, oo, J, ost)
+        _inner_stats(xt, xbase, xsn, n, jn, J, t, mc, m, s)
+        f = mc  # reuse: per-column log(s) or 1/s in the compute type
+        for j in range(jn):
+            f[j] = to_compute(xb, math.log(s[j]) if op == 0 else 1.0 / s[j])
+        for k in range(n):
+            px = xbase + k * xsn
+            po = obase + k * osn
+            _inner_fwd_row(xt[px : px + jn], ot[po : po + jn], m, f, jn, op)
+        _tile_flush(ob, og, oo, n, jn, J, ost)
+
+
+@njit(**_PKW)
+def lse_inner(xb, xg, rb, rg, n1, n2, n, ni, J):
+    """logsumexp over a strided axis into float64 ``rb`` (geometry ``rg``)."""
+    ntile = _tiles(ni, J)
+    for it in prange(n1 * n2 * ntile):
+        o = it // ntile
+        j0 = (it - o * ntile) * J
+        jn = min(J, ni - j0)
+        xo = _row_off(xg, o, n2) + j0 * xg[4]
+        ro = _row_off(rg, o, n2) + j0 * rg[4]
+        t = scratch(xb, min(n, CHUNK) * J)
+        mc = scratch(xb, J)
+        m = scratch(xb, J)
+        s = np.empty(J, np.float64)
+        xst = _tile_stage(xb, xg, n, J)
+        xt, xbase, xsn = _tile_in(xb, xg, xo, n, jn, J, xst)
+        _inner_stats(xt, xbase, xsn, n, jn, J, t, mc, m, s)
+        for j in range(jn):
+            rb[ro + j * rg[4]] = _lse_value(xt, xbase + j, n, xsn, m[j], s[j])
+
+
+@njit(**_KW)
+def _inner_bwd_row(dr, yr, orow, sc, jn, op):
+    if op == 0:
+        for j in range(jn):
+            store(orow, j, load(dr, j) - exp_c(load(yr, j)) * sc[j])
+    else:
+        for j in range(jn):
+            store(orow, j, load(yr, j) * (load(dr, j) - sc[j]))
+
+
+@njit(**_PKW)
+def bwd_inner(db, dg, yb, yg, ob, og, n1, n2, n, ni, op, J):
+    """Backward, reduction over a strided axis, vectorised across inner."""
+    ntile = _tiles(ni, J)
+    for it in prange(n1 * n2 * ntile):
+        o = it // ntile
+        j0 = (it - o * ntile) * J
+        jn = min(J, ni - j0)
+        do = _row_off(dg, o, n2) + j0 * dg[4]
+        yo = _row_off(yg, o, n2) + j0 * yg[4]
+        oo = _row_off(og, o, n2) + j0 * og[4]
+        t = scratch(db, min(n, CHUNK) * J)
+        dst_ = _tile_stage(db, dg, n, J)
+        yst = _tile_stage(yb, yg, n, J)
+        ost = _tile_stage(ob, og, n, J)
+        dt, dbase, dsn = _tile_in(db, dg, do, n, jn, J, dst_)
+        yt, ybase, ysn = _tile_in(yb, yg, yo, n, jn, J, yst)
+        ot, obase, osn = _tile_out(ob, og, oo, J, ost)
+        s = np.zeros(J, np.float64)
+        for c0 in range(0, n, CHUNK):
+            cl = min(n - c0, CHUNK)
+            for k in range(cl):
+                pd = dbase + (c0 + k) * dsn
+                py = ybase + (c0 + k) * ysn
+                _col_copy(dt[pd : pd + jn], yt[py : py + jn], t, k * J, jn, op)
+            _tree_cols(t, cl, J, jn)
+            for j in range(jn):
+                s[j] += np.float64(t[j])
+        sc = scratch(db, J)
+        for j in range(jn):
+            sc[j] = to_compute(db, s[j])
+        for k in range(n):
+            pd = dbase + k * dsn
+            py = ybase + k * ysn
+            po = obase + k * osn
+            _inner_bwd_row(dt[pd : pd + jn], yt[py : py + jn], ot[po : po + jn], sc, jn, op)
+        _tile_flush(ob, og, oo, n, jn, J, ost)

@@ -1,0 +1,302 @@
+"""Launchers: strided geometry, the block-size table, and kernel launches.
+
+This module imports torch and triton (through :mod:`.kernels`); the backend
+imports it on first use.
+
+Geometry. An operand is an :class:`Operand`: a torch tensor whose
+``data_ptr()`` Triton receives, an element offset from that pointer to the
+view's first element, and the view's shape and element strides (any sign,
+zeros for broadcast views). For an op along ``axis``, the other dimensions
+are sorted by the first operand's stride (largest first), size-1 dimensions
+dropped and neighbours merged when every operand allows it, giving
+``(b0, b1, r)`` batch dimensions plus the axis ``n``. ``r`` (the smallest
+stride) is tiled by the kernels; dimensions beyond three are looped over
+here, one launch per index (only unmergeable layouts of rank >= 5 need it).
+
+Block sizes (see docs/cuda.md; the GPU tuning on an H200 is owed):
+
+====================  ==========  ===========================  =============
+row length N          path        BLOCK_N                      BLOCK_R
+====================  ==========  ===========================  =============
+next_pow2(N) <= 16384  one pass    next_pow2(N)                 tile / BLOCK_N
+(8192 for float64)
+larger                 looped      4096 (2048 for float64)      tile / BLOCK_N
+====================  ==========  ===========================  =============
+
+``tile`` is 4096 elements when the axis is the contiguous dimension (several
+short rows per program) and 16384 when the rows are the contiguous
+dimension (``s_r == 1``: ``BLOCK_R`` neighbouring rows make each step along
+the axis one contiguous segment). ``BLOCK_N`` and the path depend on ``N``
+and the dtype only, never on strides, so a row's arithmetic (and its bits)
+is the same whatever the layout of ``x`` or ``out``. ``num_warps`` grows
+with the tile: 4 up to 2048 elements, 8 up to 8192, else 16.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import itertools
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from . import kernels
+
+__all__ = [
+    "Operand",
+    "Limits",
+    "tile_limits",
+    "current_limits",
+    "RowPlan",
+    "row_plan",
+    "forward",
+    "backward",
+    "logsumexp",
+]
+
+
+class Operand(NamedTuple):
+    """A strided view for the kernels.
+
+    Attributes:
+      tensor: torch tensor passed to Triton as the base pointer.
+      offset: element offset from ``tensor.data_ptr()`` to element ``[0, ...]``.
+      shape: the view's shape.
+      strides: the view's strides in elements (may be negative or 0).
+    """
+
+    tensor: torch.Tensor
+    offset: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> "Operand":
+        """The operand of a whole torch tensor."""
+        return cls(t, 0, tuple(t.shape), tuple(t.stride()))
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """The block-size table's knobs (elements, not bytes).
+
+    Attributes:
+      max_fused: longest ``next_pow2(N)`` done in one pass (float32/16, bf16).
+      max_fused_f64: the same for float64 (twice the registers per element).
+      loop_block: ``BLOCK_N`` of the looped path (float32/16, bf16).
+      loop_block_f64: the same for float64.
+      tile: elements per program when the axis is the contiguous dimension.
+      tile_rows_contiguous: elements per program when ``s_r == 1``.
+    """
+
+    max_fused: int = 16384
+    max_fused_f64: int = 8192
+    loop_block: int = 4096
+    loop_block_f64: int = 2048
+    tile: int = 4096
+    tile_rows_contiguous: int = 16384
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if not (isinstance(v, int) and v >= 1 and v & (v - 1) == 0):
+                raise ValueError(
+                    f"tile_limits: {f.name}={v!r}; expected a power of two >= 1"
+                )
+
+
+_LIMITS: contextvars.ContextVar[Limits] = contextvars.ContextVar(
+    "logsoftmax_cuda_limits", default=Limits()
+)
+
+
+def current_limits() -> Limits:
+    """The block-size knobs in force in this context."""
+    return _LIMITS.get()
+
+
+@contextlib.contextmanager
+def tile_limits(**changes: int) -> Iterator[Limits]:
+    """Override block-size knobs in this context (tests use tiny blocks to run
+    the looped path on short rows in the interpreter)."""
+    token = _LIMITS.set(dataclasses.replace(_LIMITS.get(), **changes))
+    try:
+        yield _LIMITS.get()
+    finally:
+        _LIMITS.reset(token)
+
+
+class RowPlan(NamedTuple):
+    """How one row is processed: ``looped`` or not, with ``block_n`` lanes."""
+
+    looped: bool
+    block_n: int
+
+
+def row_plan(n: int, f64: bool, limits: Limits | None = None) -> RowPlan:
+    """The row path for length ``n`` (a function of ``n`` and dtype only)."""
+    lim = limits or current_limits()
+    p2 = triton.next_power_of_2(max(n, 1))
+    if p2 <= (lim.max_fused_f64 if f64 else lim.max_fused):
+        return RowPlan(False, p2)
+    return RowPlan(True, lim.loop_block_f64 if f64 else lim.loop_block)
+
+
+# --------------------------------------------------------------------------
+# geometry
+# --------------------------------------------------------------------------
+class _Geometry(NamedTuple):
+    n: int
+    axis_strides: tuple[int, ...]  # per operand
+    batch: list[tuple[int, tuple[int, ...]]]  # (size, strides per operand), outer first
+
+
+def _geometry(ops: Sequence[Operand], axis: int | None) -> _Geometry:
+    """Sort, drop and merge the non-axis dimensions of every operand alike.
+
+    ``axis=None`` means there is no reduced axis (length 1, strides 0).
+    """
+    shape = ops[0].shape
+    dims = [
+        (shape[d], tuple(op.strides[d] for op in ops))
+        for d in range(len(shape))
+        if d != axis and shape[d] != 1
+    ]
+    # Outer first: the last batch dim has the smallest stride in the first
+    # operand (x), so tiles walk neighbouring rows. Stable for equal strides.
+    dims.sort(key=lambda d: -abs(d[1][0]))
+    merged: list[tuple[int, tuple[int, ...]]] = []
+    for size, strides in dims:
+        if merged:
+            osize, ostrides = merged[-1]
+            if all(o == s * size for o, s in zip(ostrides, strides)):
+                merged[-1] = (osize * size, strides)
+                continue
+        merged.append((size, strides))
+    if axis is None:
+        return _Geometry(1, (0,) * len(ops), merged)
+    return _Geometry(shape[axis], tuple(op.strides[axis] for op in ops), merged)
+
+
+def _acc(dtype: torch.dtype):
+    return tl.float64 if dtype == torch.float64 else tl.float32
+
+
+def _low(dtype: torch.dtype) -> bool:
+    return dtype in (torch.bfloat16, torch.float16)
+
+
+def _warps(tile: int) -> int:
+    return 4 if tile <= 2048 else 8 if tile <= 8192 else 16
+
+
+def _run(kernel, ops: Sequence[Operand], axis, scalar_dtype, consts: dict) -> None:
+    """Launch ``kernel`` over every row of ``ops`` (first operand drives tiles).
+
+    ``consts`` holds the op's constexprs; the block sizes, ``WIDE``,
+    ``OUT_LOW``/``BF16_BITS`` (of the last operand: the output) are added here.
+    """
+    geo = _geometry(ops, axis)
+    if geo.n == 0 or any(s == 0 for s in ops[0].shape):
+        return
+    lim = current_limits()
+    f64 = scalar_dtype == torch.float64
+    plan = row_plan(geo.n, f64, lim)
+    batch = list(geo.batch)
+    while len(batch) < 3:
+        batch.insert(0, (1, (0,) * len(ops)))
+    extra, (b0, b1, r) = batch[:-3], batch[-3:]
+    R = r[0]
+    rows_contiguous = abs(r[1][0]) == 1 and abs(geo.axis_strides[0]) != 1
+    tile = lim.tile_rows_contiguous if rows_contiguous else lim.tile
+    block_r = min(triton.next_power_of_2(R), max(1, tile // plan.block_n))
+    n_rt = triton.cdiv(R, block_r)
+    grid = (n_rt * b1[0] * b0[0],)
+    if grid[0] >= 2**31:
+        raise ValueError(f"logsoftmax cuda backend: {grid[0]} programs exceed the grid")
+    wide = any(abs(s) * max(geo.n - 1, 0) >= 2**31 for s in geo.axis_strides)
+    out_dtype = ops[-1].tensor.dtype
+    meta = dict(
+        consts,
+        ACC=_acc(scalar_dtype),
+        BLOCK_R=block_r,
+        BLOCK_N=plan.block_n,
+        LOOPED=plan.looped,
+        WIDE=wide,
+        OUT_LOW=_low(out_dtype),
+        BF16_BITS=kernels.INTERPRETED and out_dtype == torch.bfloat16,
+        num_warps=_warps(block_r * plan.block_n),
+    )
+    strides = []
+    for i in range(len(ops)):
+        strides += [b0[1][i], b1[1][i], r[1][i]]
+        if kernel is not kernels.logsumexp_kernel or i == 0:
+            strides.append(geo.axis_strides[i])
+    sizes = [e[0] for e in extra]
+    # the interpreter runs the kernels in numpy, which warns on the IEEE
+    # results the kernels rely on (-inf - -inf in padding lanes, log(0))
+    quiet = contextlib.nullcontext()
+    if kernels.INTERPRETED:
+        quiet = np.errstate(all="ignore")
+    with quiet:
+        _launch_all(
+            kernel, grid, ops, extra, sizes, b1[0], R, geo.n, n_rt, strides, meta
+        )
+
+
+def _launch_all(kernel, grid, ops, extra, sizes, B1, R, N, n_rt, strides, meta) -> None:
+    for idx in itertools.product(*(range(s) for s in sizes)):
+        offs = [
+            op.offset + sum(j * e[1][i] for j, e in zip(idx, extra))
+            for i, op in enumerate(ops)
+        ]
+        kernel[grid](
+            *(op.tensor for op in ops),
+            *offs,
+            B1,
+            R,
+            N,
+            n_rt,
+            *strides,
+            **meta,
+        )
+
+
+# --------------------------------------------------------------------------
+# the ops
+# --------------------------------------------------------------------------
+def forward(op: int, x: Operand, y: Operand, axis: int) -> None:
+    """``y = log_softmax(x)`` (``op == kernels.LOG_SOFTMAX``) or softmax, in y."""
+    _run(kernels.forward_kernel, (x, y), axis, x.tensor.dtype, {"OP": op})
+
+
+def backward(op: int, diff_dst: Operand, dst: Operand, out: Operand, axis: int) -> None:
+    """``out = diff_src`` of log_softmax (``kernels.LOG_SOFTMAX``) or softmax."""
+    split = op == kernels.SOFTMAX and diff_dst.tensor.dtype in (
+        torch.float32,
+        torch.float64,
+    )
+    _run(
+        kernels.backward_kernel,
+        (diff_dst, dst, out),
+        axis,
+        diff_dst.tensor.dtype,
+        {"OP": op, "SPLIT": split},
+    )
+
+
+def logsumexp(x: Operand, out: Operand, axis: int) -> None:
+    """``out`` (``x``'s shape with ``axis`` of length 1) ``= logsumexp(x, axis)``.
+
+    ``out``'s stride along ``axis`` is ignored; a zero-length axis is the
+    caller's (``-inf`` fill).
+    """
+    strides = tuple(0 if d == axis else s for d, s in enumerate(out.strides))
+    o = out._replace(shape=x.shape, strides=strides)
+    _run(kernels.logsumexp_kernel, (x, o), axis, x.tensor.dtype, {})

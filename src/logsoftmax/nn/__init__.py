@@ -1,0 +1,133 @@
+"""Just enough of a neural-network toolkit to train a small classifier.
+
+Layers are written with the library's own differentiable ops
+(:mod:`logsoftmax.nn.functional`); the optimizer updates parameters with
+Tensor ops under :func:`~logsoftmax.no_grad`.
+
+>>> import numpy as np, logsoftmax as ls
+>>> from logsoftmax import nn
+>>> model = nn.Sequential(nn.Linear(4, 8, seed=0), nn.ReLU(), nn.Linear(8, 3, seed=1))
+>>> opt = nn.SGD(model.parameters(), lr=0.1, momentum=0.9)
+>>> loss = nn.functional.cross_entropy(model(np.ones((2, 4), np.float32)), [0, 2])
+>>> loss.backward(); opt.step(); opt.zero_grad()
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from .. import dtypes
+from ..autograd import Tensor, no_grad, tensor
+from . import functional
+
+__all__ = ["functional", "Module", "Linear", "ReLU", "Sequential", "SGD"]
+
+
+class Module:
+    """Base class: callable; ``parameters()`` yields every Tensor attribute
+    that requires grad, then those of sub-modules, in definition order."""
+
+    def parameters(self) -> Iterator[Tensor]:
+        for value in vars(self).values():
+            if isinstance(value, Tensor) and value.requires_grad:
+                yield value
+            elif isinstance(value, Module):
+                yield from value.parameters()
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    if isinstance(item, Module):
+                        yield from item.parameters()
+
+    def forward(self, x):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __call__(self, x):
+        return self.forward(x)
+
+
+class Linear(Module):
+    """``y = x W^T + b`` with PyTorch's layout and default initialisation:
+    ``W, b ~ U(-1/sqrt(in), 1/sqrt(in))``.
+
+    Args:
+      in_features, out_features: sizes. bias: add a bias.
+      dtype: parameter dtype (default float32).
+      seed: seed (or ``np.random.Generator``) for the initialisation.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True,
+                 dtype=dtypes.float32, seed=None) -> None:
+        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        bound = 1.0 / math.sqrt(in_features)
+        w = rng.uniform(-bound, bound, (out_features, in_features))
+        self.weight = tensor(w, requires_grad=True, dtype=dtype)
+        self.bias = (
+            tensor(rng.uniform(-bound, bound, out_features), requires_grad=True, dtype=dtype)
+            if bias
+            else None
+        )
+
+    def forward(self, x):
+        return functional.linear(x, self.weight, self.bias)
+
+
+class ReLU(Module):
+    def forward(self, x):
+        return functional.relu(x)
+
+
+class Sequential(Module):
+    """Apply ``layers`` in order."""
+
+    def __init__(self, *layers: Module) -> None:
+        self.layers = list(layers)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class SGD:
+    """Stochastic gradient descent with (heavy-ball) momentum, PyTorch's form:
+    ``v = momentum * v + grad; p -= lr * v`` (``v = grad`` on the first step).
+
+    Args:
+      params: the Tensors to update (leaves that require grad).
+      lr: learning rate (> 0). momentum: in ``[0, 1)``.
+      weight_decay: L2 penalty added to the gradient (``grad + wd * p``).
+    """
+
+    def __init__(self, params: Iterable[Tensor], lr: float, momentum: float = 0.0,
+                 weight_decay: float = 0.0) -> None:
+        self.params = list(params)
+        if not self.params:
+            raise ValueError("SGD: params is empty; expected at least one Tensor")
+        if not lr > 0:
+            raise ValueError(f"SGD: lr={lr!r}, expected a positive number")
+        if not 0 <= momentum < 1:
+            raise ValueError(f"SGD: momentum={momentum!r}, expected a value in [0, 1)")
+        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        self._velocity: list[Tensor | None] = [None] * len(self.params)
+
+    def step(self) -> None:
+        """Update every parameter that has a gradient."""
+        with no_grad():
+            for i, p in enumerate(self.params):
+                g = p.grad
+                if g is None:
+                    continue
+                if self.weight_decay:
+                    g = g + p * self.weight_decay
+                if self.momentum:
+                    v = self._velocity[i]
+                    g = self._velocity[i] = g if v is None else v * self.momentum + g
+                p.data = (p - g * self.lr).data
+
+    def zero_grad(self) -> None:
+        """Reset every parameter's ``.grad`` to None."""
+        for p in self.params:
+            p.grad = None

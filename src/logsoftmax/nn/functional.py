@@ -1,0 +1,126 @@
+"""Differentiable functions on :class:`~logsoftmax.Tensor` (arrays accepted).
+
+Each function is one op of :mod:`logsoftmax.autograd.nodes`, run through the
+dispatcher (schema, AMP policy, recording). Arrays are wrapped as constant
+Tensors; the result is always a Tensor.
+
+=================  ============  ==============================================
+function           AMP policy    gradient
+=================  ============  ==============================================
+``log_softmax``    FORCE_FP32    fused ``log_softmax_backward`` on the saved y
+``softmax``        FORCE_FP32    fused ``softmax_backward`` on the saved y
+``nll_loss``       FORCE_FP32    scatter of ``-w/denom`` at the targets
+``cross_entropy``  FORCE_FP32    softmax kernel, scale, scatter-subtract
+``linear``         PROMOTE       ``g W``, ``g^T x``, ``sum g``
+``relu``           KEEP_INPUT    ``g * (y > 0)``
+=================  ============  ==============================================
+"""
+
+from __future__ import annotations
+
+from ..autograd import nodes as _nodes
+from ..autograd.tensor import Tensor
+
+__all__ = ["log_softmax", "softmax", "nll_loss", "cross_entropy", "linear", "relu"]
+
+
+def log_softmax(x, axis: int = -1) -> Tensor:
+    r"""Differentiable :func:`logsoftmax.log_softmax`:
+    :math:`y = (x - m) - \log \sum e^{x - m}` along ``axis``.
+
+    Args:
+      x: Tensor or array (integer/bool promoted to float32).
+      axis: int in ``[-x.ndim, x.ndim)``.
+
+    Returns:
+      A Tensor of ``x``'s shape and dtype (float32 under autocast unless
+      ``x`` is float64); ``y.grad_fn`` is a ``LogSoftmaxBackward`` holding only
+      ``y``.
+
+    Raises:
+      IndexError: ``axis`` out of range. TypeError: non-integer ``axis``.
+    """
+    return _nodes.LogSoftmaxBackward.forward(x, axis)
+
+
+def softmax(x, axis: int = -1) -> Tensor:
+    r"""Differentiable :func:`logsoftmax.softmax`: :math:`e^{x_i - m} / \sum e^{x_j - m}`.
+
+    Same arguments, dtypes and errors as :func:`log_softmax`.
+    """
+    return _nodes.SoftmaxBackward.forward(x, axis)
+
+
+def nll_loss(log_probs, target, *, weight=None, ignore_index: int = -100,
+             reduction: str = "mean") -> Tensor:
+    r"""Negative log-likelihood of class ``target`` under ``log_probs``.
+
+    .. math:: \ell_n = -w_{t_n}\, \mathrm{log\_probs}_{n, t_n}, \qquad
+              \mathrm{mean} = \sum_n \ell_n / \sum_n w_{t_n}
+
+    with the sums over targets ``!= ignore_index`` (PyTorch semantics).
+
+    Args:
+      log_probs: ``(N, C)``, ``(N, C, d1, ...)`` or ``(C,)`` Tensor/array.
+      target: integer array or Tensor of class indices, shape ``(N,)``,
+        ``(N, d1, ...)`` or ``()``; values in ``[0, C)`` or ``ignore_index``.
+      weight: optional per-class weights, shape ``(C,)`` (a constant: no
+        gradient flows to it).
+      ignore_index: targets equal to it contribute nothing (nor to the mean's
+        denominator).
+      reduction: ``"mean"``, ``"sum"`` or ``"none"`` (per-target losses).
+
+    Returns:
+      A Tensor of ``log_probs``' dtype (float32 under autocast): 0-d, or of
+      ``target``'s shape for ``reduction="none"``.
+
+    Raises:
+      TypeError: non-integer ``target``; bad ``ignore_index``/``weight`` dtype.
+      ValueError: ``target``/``weight`` shape mismatch; unknown ``reduction``.
+      IndexError: a target outside ``[0, C)`` that is not ``ignore_index``.
+
+    Notes:
+      With ``reduction="mean"`` and every target ignored the loss is NaN
+      (0/0), as in PyTorch.
+    """
+    return _nodes.NllLossBackward.forward(
+        log_probs, target, weight=weight, ignore_index=ignore_index,
+        reduction=reduction,
+    )
+
+
+def cross_entropy(logits, target, *, weight=None, ignore_index: int = -100,
+                  reduction: str = "mean") -> Tensor:
+    r"""``nll_loss(log_softmax(logits, class_axis), target, ...)``, fused.
+
+    The class axis is 1 (0 for 1-D ``logits``). Only ``log_softmax(logits)``
+    is saved; the backward is
+    :math:`c_n g\,(\mathrm{softmax}(x)_n - \mathrm{onehot}(t_n))`, computed
+    by the softmax kernel and a scatter-subtract at the targets (no one-hot
+    matrix). Same arguments, result and errors as :func:`nll_loss`.
+    """
+    return _nodes.CrossEntropyBackward.forward(
+        logits, target, weight=weight, ignore_index=ignore_index,
+        reduction=reduction,
+    )
+
+
+def linear(x, weight, bias=None) -> Tensor:
+    r""":math:`y = x W^T + b`, with ``weight`` of shape ``(out, in)`` (PyTorch).
+
+    Args:
+      x: ``(..., in)``. weight: ``(out, in)``. bias: ``(out,)`` or None.
+
+    Returns:
+      ``(..., out)`` in the common dtype (the autocast dtype under autocast,
+      float64 operands excepted).
+
+    Raises:
+      ValueError: shapes that do not fit.
+    """
+    return _nodes.LinearBackward.forward(x, weight, bias)
+
+
+def relu(x) -> Tensor:
+    """``max(x, 0)`` elementwise (NaN stays NaN; gradient 0 at 0)."""
+    return _nodes.ReluBackward.forward(x)
