@@ -30,7 +30,8 @@ from logsoftmax import nn
 from logsoftmax.nn import functional as F
 
 TARGETS = {"float32": 0.95, "bf16 autocast": 0.93}
-DEFAULT_PLOT = Path(__file__).resolve().parent.parent / "docs" / "img" / "train_digits.png"
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_PLOT = ROOT / "docs" / "img" / "train_digits.png"
 
 
 def load_data(seed: int = 0, dtype=np.float32):
@@ -64,14 +65,19 @@ def batches(n: int, batch: int, rng: np.random.Generator):
 
 
 def accuracy(model, x, y, amp_dtype=None) -> float:
-    with ls.no_grad(), ls.amp.autocast(amp_dtype or ls.bfloat16, enabled=amp_dtype is not None):
+    with ls.no_grad(), _autocast(amp_dtype):
         logits = model(x)
     return float((np.argmax(logits.numpy().astype(np.float32), axis=1) == y).mean())
 
 
+def _autocast(amp_dtype):
+    """``autocast(amp_dtype)``, or a disabled one for ``None`` (float32)."""
+    return ls.amp.autocast(amp_dtype or ls.bfloat16, enabled=amp_dtype is not None)
+
+
 def train_step(model, opt, xb, yb, amp_dtype=None) -> float:
     """One SGD step on a batch; returns the batch loss."""
-    with ls.amp.autocast(amp_dtype or ls.bfloat16, enabled=amp_dtype is not None):
+    with _autocast(amp_dtype):
         loss = F.cross_entropy(model(xb), yb)
     opt.zero_grad()
     loss.backward()
@@ -79,9 +85,19 @@ def train_step(model, opt, xb, yb, amp_dtype=None) -> float:
     return loss.item()
 
 
-def train(data, *, epochs: int, batch: int = 64, lr: float = 0.05, momentum: float = 0.9,
-          amp_dtype=None, seed: int = 0, hidden: int = 128, label: str = "",
-          progress: bool = True) -> dict:
+def train(
+    data,
+    *,
+    epochs: int,
+    batch: int = 64,
+    lr: float = 0.05,
+    momentum: float = 0.9,
+    amp_dtype=None,
+    seed: int = 0,
+    hidden: int = 128,
+    label: str = "",
+    progress: bool = True,
+) -> dict:
     """Train a fresh model; returns ``{"loss": [...], "acc": [...], "model"}``
     with the mean training loss and the test accuracy after each epoch."""
     x_tr, y_tr, x_te, y_te = data
@@ -100,7 +116,9 @@ def train(data, *, epochs: int, batch: int = 64, lr: float = 0.05, momentum: flo
         hist["loss"].append(float(np.mean(losses)))
         hist["acc"].append(accuracy(model, x_te, y_te, amp_dtype))
         if hasattr(bar, "set_postfix"):
-            bar.set_postfix(loss=f"{hist['loss'][-1]:.4f}", test_acc=f"{hist['acc'][-1]:.2%}")
+            bar.set_postfix(
+                loss=f"{hist['loss'][-1]:.4f}", test_acc=f"{hist['acc'][-1]:.2%}"
+            )
             bar.close()
         elif progress:
             print(f"{label} epoch {epoch + 1}: loss {hist['loss'][-1]:.4f}, "
@@ -185,11 +203,13 @@ def set_threads(n: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="few epochs (make demo)")
-    p.add_argument("--epochs", type=int, default=None, help="default 30 (12 with --quick)")
+    p.add_argument("--epochs", type=int, help="default 30 (12 with --quick)")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--plot", type=Path, default=DEFAULT_PLOT, help="PNG path ('' = none)")
+    p.add_argument(
+        "--plot", type=Path, default=DEFAULT_PLOT, help="PNG path ('' = none)"
+    )
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--threads", type=int, default=1,
                    help="kernel and BLAS threads (default 1: see set_threads)")
@@ -201,8 +221,16 @@ def main(argv: list[str] | None = None) -> int:
     histories, ok = {}, True
     for name, amp_dtype in runs.items():
         t0 = time.perf_counter()
-        h = train(data, epochs=epochs, batch=args.batch, lr=args.lr, amp_dtype=amp_dtype,
-                  seed=args.seed, label=name, progress=not args.no_progress)
+        h = train(
+            data,
+            epochs=epochs,
+            batch=args.batch,
+            lr=args.lr,
+            amp_dtype=amp_dtype,
+            seed=args.seed,
+            label=name,
+            progress=not args.no_progress,
+        )
         histories[name] = h
         acc, target = h["acc"][-1], TARGETS[name]
         ok &= acc >= target

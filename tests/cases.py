@@ -109,10 +109,6 @@ class Case:
         diff_dst = self.build(dtype, values=rng.normal(size=self.shape))
         return diff_dst, dst
 
-    @property
-    def ndim(self) -> int:
-        return len(self.view(np.zeros(self.shape)).shape)
-
 
 def _tags(*names: str) -> frozenset[str]:
     return frozenset(names)
@@ -289,7 +285,13 @@ CASES: list[Case] = [
     Case("empty_2x0x3_axis1", (2, 0, 3), 1, tags=_tags("empty")),
     Case("empty_2x0x3_axis2", (2, 0, 3), 2, tags=_tags("empty")),
     # special-value rows (and the same rows as columns: the inner > 1 path)
-    Case("special_rows", (_N_SPECIAL, 6), -1, values=_special_block, tags=_tags("special")),
+    Case(
+        "special_rows",
+        (_N_SPECIAL, 6),
+        -1,
+        values=_special_block,
+        tags=_tags("special"),
+    ),
     Case(
         "special_cols",
         (_N_SPECIAL, 6),

@@ -78,7 +78,11 @@ def test_dask_is_listed_exactly_when_installed():
 
 @pytest.mark.parametrize("name", ["nope", "CPU", "", "numpy", 3])
 def test_unknown_name_raises_valueerror_listing_available(name):
-    for call in (logsoftmax.set_backend, lambda n: logsoftmax.use_backend(n).__enter__()):
+    def enter(n):
+        with logsoftmax.use_backend(n):
+            pass
+
+    for call in (logsoftmax.set_backend, enter):
         with pytest.raises(ValueError) as info:
             call(name)
         msg = str(info.value)

@@ -41,11 +41,6 @@ def test_log_softmax_nll_loss_backward(chunks, rng):
         assert_close_eps(got, want, np.float32, 4.0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="autograd/_array.py scatter_sub_ mutates in place, which a dask array "
-    "cannot do; needs logsoftmax.backends.dask.scatter_sub (see docs/dask.md)",
-)
 @pytest.mark.parametrize("chunks", [(8, 30), (2, 11)], ids=["whole", "split"])
 def test_cross_entropy_backward(chunks, rng):
     x = (rng.standard_normal((8, 30)) * 3).astype(np.float32)

@@ -21,8 +21,8 @@ KINDS = {
 
 
 def lt(tid, shape=(8, 1000), dt=g.DataType.f32, *args, **kw):
-    return g.LogicalTensor(tid, dt, list(shape) if not isinstance(shape, int) else shape,
-                           *args, **kw)
+    dims = shape if isinstance(shape, int) else list(shape)
+    return g.LogicalTensor(tid, dt, dims, *args, **kw)
 
 
 def bwd_op(dy, y, dx, name="lsm_bwd", oid=0, kind=g.OpKind.LogSoftmaxBackward):
@@ -162,7 +162,8 @@ def test_add_op_port_counts(kind):
     op = g.Op(0, kind, "x")
     op.add_inputs([lt(i) for i in range(len(ins) + 1)]).add_output(lt(9))
     _, msg = _build_error(op)
-    assert f"it has {len(ins) + 1} input(s), expected {len(ins)} ({', '.join(ins)})" in msg
+    want = f"expected {len(ins)} ({', '.join(ins)})"
+    assert f"it has {len(ins) + 1} input(s), {want}" in msg
     op = g.Op(0, kind, "x").add_inputs([lt(i) for i in range(len(ins))])
     _, msg = _build_error(op)
     assert f"it has 0 output(s), expected 1 ({outs[0]})" in msg
@@ -180,9 +181,11 @@ def test_add_op_mixed_data_types():
 
 @pytest.mark.parametrize("dt", [g.DataType.s8, g.DataType.undef, g.DataType.s32])
 def test_add_op_unsupported_data_type(dt):
-    op = g.Op(5, g.OpKind.LogSoftmax, "lsm").add_input(lt(0, dt=dt)).add_output(lt(1, dt=dt))
+    op = g.Op(5, g.OpKind.LogSoftmax, "lsm")
+    op.add_input(lt(0, dt=dt)).add_output(lt(1, dt=dt))
     err, msg = _build_error(op)
-    assert f"input 0 (src) (logical tensor 0) has unsupported data type {dt.name}" in msg
+    assert f"input 0 (src) (logical tensor 0) has unsupported data type {dt.name}" \
+        in msg
     assert "expected f32, bf16 or f16" in msg and err.role == "src"
 
 
@@ -359,7 +362,8 @@ def test_compile_input_requirements():
 
 def test_compile_output_requirements():
     src, dst = lt(0, -1), lt(1, -1)
-    p = one_partition(g.Op(0, g.OpKind.LogSoftmax, "lsm").add_input(src).add_output(dst))
+    op = g.Op(0, g.OpKind.LogSoftmax, "lsm").add_input(src).add_output(dst)
+    p = one_partition(op)
     _, msg = _compile_error(p, [lt(0, [8, 4])], [lt(1, [8, 5])])
     assert "output 0 (dst) has shape [8, 5], expected [8, 4] (the shape of input 0 " \
            "(src))" in msg

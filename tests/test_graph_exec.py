@@ -76,6 +76,31 @@ def strided_buffer(lt, values):
     return buf
 
 
+def test_api_md_example(rng):
+    """API.md section 5, verbatim apart from the buffers."""
+    eng = g.Engine(g.EngineKind.cpu); strm = g.Stream(eng)  # noqa: E702
+    dy = g.LogicalTensor(0, g.DataType.bf16, [8, 1000], g.LayoutType.strided)
+    y = g.LogicalTensor(1, g.DataType.bf16, [8, 1000], g.LayoutType.strided)
+    dx = g.LogicalTensor(2, g.DataType.bf16, [8, 1000], g.LayoutType.strided)
+    op = g.Op(0, g.OpKind.LogSoftmaxBackward, "lsm_bwd")
+    op.set_attr(g.OpAttr.axis, -1)
+    op.add_input(dy); op.add_input(y); op.add_output(dx)  # noqa: E702
+    gr = g.Graph(g.EngineKind.cpu); gr.add_op(op); gr.finalize()  # noqa: E702
+    (p,) = gr.get_partitions()
+    cp = p.compile([dy, y], [dx], eng)
+    assert cp.get_inplace_ports() == [(0, 2)]
+    buf_dy, buf_y = inputs_for(g.OpKind.LogSoftmaxBackward, (8, 1000), "bfloat16", -1,
+                               rng)
+    expected = logsoftmax.log_softmax_backward(buf_dy, buf_y, -1)
+    original = buf_dy.copy()
+    cp.execute(strm, [g.Tensor(dy, eng, buf_dy), g.Tensor(y, eng, buf_y)],
+               [g.Tensor(dx, eng, buf_dy)])
+    strm.wait()
+    assert_bitwise_equal(buf_dy, expected)
+    assert_close_eps(buf_dy, ref_log_softmax_backward(original, buf_y, -1),
+                     buf_dy.dtype, TOL_EPS["log_softmax_backward"])
+
+
 @pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
 @pytest.mark.parametrize("kind", list(FWD) + list(BWD), ids=lambda k: k.value)
 def test_every_kind_and_dtype(kind, dt, rng):
@@ -138,8 +163,8 @@ def test_strided_layouts(kind, shape, tag, axis, rng):
     cp.execute(STRM, [g.Tensor(lt, ENG, b) for lt, b in zip(ins, bufs)],
                [g.Tensor(out, ENG, res)])
     view = np.ndarray(shape, np.float32, buffer=res, strides=out.byte_strides())
-    assert_bitwise_equal(view, functional(kind, [np.ascontiguousarray(a) for a in arrays],
-                                          axis))
+    dense = [np.ascontiguousarray(a) for a in arrays]
+    assert_bitwise_equal(view, functional(kind, dense, axis))
     # in place over the strided buffer
     cp.execute(STRM, [g.Tensor(lt, ENG, b) for lt, b in zip(ins, bufs)],
                [g.Tensor(out, ENG, bufs[0])])
@@ -189,11 +214,13 @@ def test_tensor_buffers_and_views(rng):
 
 @pytest.mark.parametrize("buffer, match", [
     (np.zeros((4, 6), np.float32), "buffer has dtype float32, expected bfloat16"),
-    (np.zeros((4, 6), "bfloat16"), r"buffer has byte strides \[12, 2\], expected \[2, 8\]"),
-    (np.zeros(23, "bfloat16"), "holds 46 bytes, expected at least 48"),
-    (np.zeros(30, np.float16), "float16 array of shape \\[30\\]"),
-    (np.zeros(60, "bfloat16")[::2], "is not contiguous"),
-    (object(), "neither an ndarray nor a bytes-like object"),
+    (np.zeros((4, 6), "bfloat16"),
+     r"buffer has byte strides \[12, 2\], expected \[2, 8\]"),
+    (np.zeros(23, "bfloat16"), "buffer holds 46 bytes, expected at least 48"),
+    (np.zeros(30, np.float16), "buffer is a float16 array of shape \\[30\\]"),
+    (np.zeros(60, "bfloat16")[::2], r"buffer of shape \[30\] and strides \[4\] is "
+     "not contiguous"),
+    (object(), "buffer of type object is neither an ndarray nor a bytes-like"),
 ])
 def test_tensor_rejects_bad_buffers(buffer, match):
     lt = g.LogicalTensor(3, g.DataType.bf16, [4, 6], strides=[1, 4])
@@ -222,8 +249,8 @@ def test_execute_errors():
     cp, ins, out, (tdy, ty) = _bwd()
     tdx = g.Tensor(out, ENG, np.zeros((8, 16), "bfloat16"))
     _, msg = _exec_error(cp, [tdy], [tdx])
-    assert "got 1 input tensor(s), expected 2 (input 0 (diff_dst) id 0, input 1 (dst) " \
-           "id 1)" in msg
+    assert "got 1 input tensor(s), expected 2 (input 0 (diff_dst) id 0, " \
+           "input 1 (dst) id 1)" in msg
     _, msg = _exec_error(cp, [tdy, ty], [])
     assert "got 0 output tensor(s), expected 1 (output 0 (diff_src) id 9)" in msg
     f16 = g.Tensor(g.LogicalTensor(1, g.DataType.f16, [8, 16]), ENG,

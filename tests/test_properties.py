@@ -104,7 +104,8 @@ def test_shift_invariance(backend_name, data):
     assert np.all(np.abs(ys.astype(np.float64) - y) <= bound)
     # logsumexp shifts with c (up to the rounding of the larger result)
     d = np.abs((lses.astype(np.float64) - c) - lse)
-    assert np.all(d <= 2 * TOL_EPS["logsumexp"] * eps(F32) * np.maximum(1, np.abs(lses)))
+    bound = 2 * TOL_EPS["logsumexp"] * eps(F32) * np.maximum(1, np.abs(lses))
+    assert np.all(d <= bound)
 
 
 @backend_names
@@ -219,7 +220,8 @@ def test_logsumexp_is_at_least_the_max(backend_name, data):
     assert np.all(r >= m)
     # ... and at most max + log(n)
     n = x.shape[axis]
-    assert np.all(r.astype(np.float64) <= m + np.log(n) + 4 * eps(F32) * np.maximum(1, np.abs(m)))
+    slack = TOL_EPS["logsumexp"] * eps(F32) * np.maximum(1, np.abs(m) + np.log(n))
+    assert np.all(r.astype(np.float64) <= m + np.log(n) + slack)
 
 
 @backend_names
@@ -233,7 +235,9 @@ def test_logsumexp_is_at_least_the_max(backend_name, data):
     ),
     axis_seed=st.integers(0, 2),
 )
-def test_backward_of_length_one_rows_is_exactly_zero(backend_name, dtype, dd, axis_seed):
+def test_backward_of_length_one_rows_is_exactly_zero(
+    backend_name, dtype, dd, axis_seed
+):
     axis = axis_seed % dd.ndim
     dd = np.expand_dims(dd, axis).astype(dtype)  # length 1 along axis
     with logsoftmax.use_backend(backend_name):

@@ -166,3 +166,34 @@ def test_low_precision_forward_not_worse_than_torch(backend, n):
         a = max_err_eps(logsoftmax.log_softmax(x), ref, dtype)
         b = max_err_eps(torch_op("log_softmax", dtype, x, axis=-1), ref, dtype)
         assert a <= max(b, 0.5 + TOL_EPS["log_softmax"] * eps(F32) / eps(dtype)), (a, b)
+
+
+def accuracy_table(backend_name: str = "cpu") -> str:
+    """Markdown rows: max error in eps, ours / PyTorch, at :data:`LENGTHS`."""
+    lines = []
+    for dtype in (F32, F64):
+        for op in _OPS:
+            cells = []
+            for n in LENGTHS:
+                x, dd = _accuracy_inputs(n, dtype)
+                if op in ("log_softmax", "softmax", "logsumexp"):
+                    args = (x,)
+                elif op == "log_softmax_backward":
+                    args = (dd, ref_log_softmax(x).astype(np.float64).astype(dtype))
+                else:
+                    args = (dd, ref_softmax(x).astype(np.float64).astype(dtype))
+                ref = REF[op](*args, -1)
+                with logsoftmax.use_backend(backend_name):
+                    a = max_err_eps(ours(op, *args, axis=-1), ref, dtype)
+                b = max_err_eps(torch_op(op, dtype, *args, axis=-1), ref, dtype)
+                cells.append(f"{a:.2f} / {b:.2f}")
+            lines.append(f"| {dtype_id(dtype)} {op} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python tests/test_torch_parity.py [backend]
+    import sys
+
+    torch.set_num_threads(2)
+    print("| op | " + " | ".join(f"n={n}" for n in LENGTHS) + " |")
+    print(accuracy_table(sys.argv[1] if len(sys.argv) > 1 else "cpu"))

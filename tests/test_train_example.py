@@ -32,8 +32,8 @@ def test_loss_curve_matches_pytorch_float64(td):
     model = td.make_model(32, dtype=np.float64, seed=3)
     opt = ls.nn.SGD(model.parameters(), lr=0.1, momentum=0.9)
     l1, l2 = model.layers[0], model.layers[2]
-    tm = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
-    tm = tm.double()
+    tnn = torch.nn
+    tm = tnn.Sequential(tnn.Linear(64, 32), tnn.ReLU(), tnn.Linear(32, 10)).double()
     with torch.no_grad():
         for ours, theirs in ((l1, tm[0]), (l2, tm[2])):
             theirs.weight.copy_(torch.from_numpy(ours.weight.numpy()))

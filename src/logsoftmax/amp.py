@@ -24,7 +24,7 @@ own dtype. The backward pass always runs with autocast off.
 >>> x = ls.tensor(np.zeros((2, 3), ls.bfloat16))
 >>> with ls.amp.autocast(ls.bfloat16):
 ...     F.log_softmax(x, axis=1).dtype
-dtype(float32)
+dtype('float32')
 """
 
 from __future__ import annotations

@@ -67,7 +67,9 @@ class OpSchema:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
-            raise TypeError(f"OpSchema: name must be a non-empty str, got {self.name!r}")
+            raise TypeError(
+                f"OpSchema: name must be a non-empty str, got {self.name!r}"
+            )
         if not isinstance(self.amp_policy, AmpPolicy):
             raise TypeError(
                 f"OpSchema: amp_policy must be an AmpPolicy, got {self.amp_policy!r}"

@@ -76,7 +76,8 @@ def grad(
     if grad_outputs is None or isinstance(grad_outputs, Tensor) or not isinstance(
         grad_outputs, (list, tuple)
     ):
-        grad_outputs = [grad_outputs] * len(outs) if grad_outputs is None else [grad_outputs]
+        n = len(outs) if grad_outputs is None else 1
+        grad_outputs = [grad_outputs] * n
     roots, grads = _check_roots(outs, list(grad_outputs), "grad")
     retain = create_graph if retain_graph is None else bool(retain_graph)
     result = run_backward(roots, grads, retain, bool(create_graph), inputs=ins)

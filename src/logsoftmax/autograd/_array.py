@@ -52,11 +52,16 @@ __all__ = [
 ]
 
 _LOW = dtypes.LOW_PRECISION
-_FLOAT_ORDER = {dtypes.float16: 1, dtypes.bfloat16: 1, dtypes.float32: 2, dtypes.float64: 3}
+_FLOAT_ORDER = {
+    dtypes.float16: 1,
+    dtypes.bfloat16: 1,
+    dtypes.float32: 2,
+    dtypes.float64: 3,
+}
 
 
 def _is_torch(a) -> bool:
-    return type(a).__module__.startswith("torch")
+    return not isinstance(a, np.ndarray) and type(a).__module__.startswith("torch")
 
 
 def is_array(a) -> bool:
@@ -83,10 +88,11 @@ def _torch_dtype(dt: np.dtype):
 
 def dtype_of(a) -> np.dtype:
     """The numpy dtype of ``a``'s elements (torch dtypes mapped by name)."""
-    if _is_torch(a):
-        name = str(a.dtype).removeprefix("torch.")
-        return dtypes.bfloat16 if name == "bfloat16" else np.dtype(name)
-    return np.dtype(a.dtype)
+    dt = a.dtype
+    if isinstance(dt, np.dtype):  # numpy and dask: the hot path
+        return dt
+    name = str(dt).removeprefix("torch.")
+    return dtypes.bfloat16 if name == "bfloat16" else np.dtype(name)
 
 
 def astype(a, dt: np.dtype):
@@ -256,11 +262,16 @@ def scatter(values, target, axis: int, shape, like):
 def scatter_sub_(a, values, target, axis: int):
     """In place: ``a[..., target, ...] -= values`` along ``axis``; returns ``a``.
 
-    numpy and torch only. For an immutable (dask) array the dask backend
-    computes the same thing blockwise: ``a - where(arange(C) == target, values,
-    0)`` with ``arange`` broadcast along ``axis``; it never builds the one-hot
-    matrix in memory (only per block, lazily).
+    numpy and torch write in place. An immutable (dask) array gets a new lazy
+    array from the dask backend, which computes the same thing blockwise:
+    ``a - where(arange(C) == target, values, 0)`` with ``arange`` broadcast
+    along ``axis``; it never builds the one-hot matrix in memory (only per
+    block, lazily). Callers must use the returned array.
     """
+    if type(a).__module__.startswith("dask."):
+        from ..backends.dask import scatter_sub
+
+        return scatter_sub(a, values, target, axis)
     idx = _index(target, axis)
     vals = expand_at(values, axis)
     if _is_torch(a):

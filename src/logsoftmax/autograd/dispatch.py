@@ -27,7 +27,8 @@ import numpy as np
 
 from .. import amp
 from . import _array
-from .engine import Node, is_grad_enabled
+from .engine import Node
+from .grad_mode import is_grad_enabled
 from .tensor import Tensor
 
 __all__ = ["dispatch", "cast"]
@@ -57,19 +58,21 @@ def dispatch(cls: type[Node], inputs: tuple, attrs: dict[str, Any]) -> Tensor:
     node = cls()
     node.prepare(*tensors, **attrs)
 
-    policy = cls.schema.amp_policy
-    want = amp.cast_dtypes(policy, [None if t is None else t.dtype for t in tensors])
-    promoted = node.promote([None if t is None else t.dtype for t in tensors])
+    dts = [None if t is None else t.dtype for t in tensors]
+    want = amp.cast_dtypes(cls.schema.amp_policy, dts)  # the AMP rule, for every op
+    promoted = node.promote(dts)
     for i, t in enumerate(tensors):
         dt = want[i] or (promoted[i] if promoted is not None else None)
-        if t is not None and dt is not None and t.dtype != dt:
+        if dt is not None and dt != dts[i]:
             tensors[i] = cast(t, dt)
     node.inputs = tensors
     out = node.compute(*[None if t is None else t.data for t in tensors])
     if isinstance(out, np.generic):  # numpy reductions return scalars, not 0-d arrays
         out = np.asarray(out)
 
-    record = is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    record = is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in tensors
+    )
     if not record:
         return Tensor._make(out)
     node.next_functions = tuple(

@@ -20,15 +20,13 @@ import weakref
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from .. import amp
-from .grad_mode import _GRAD, enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .grad_mode import _GRAD, no_grad
 
 if TYPE_CHECKING:
     from ..schema import OpSchema
     from .tensor import Tensor
 
-# grad-mode names are re-exported for convenience (they live in .grad_mode)
-__all__ = ["Node", "run_backward", "no_grad", "enable_grad", "set_grad_enabled",
-           "is_grad_enabled"]
+__all__ = ["Node", "run_backward"]
 
 
 class Node:
@@ -63,14 +61,13 @@ class Node:
     @classmethod
     def forward(cls, *inputs, **attrs) -> "Tensor":
         """Validate, apply the schema's AMP policy, compute, and record."""
-        from .dispatch import dispatch
-
-        return dispatch(cls, inputs, attrs)
+        return _dispatch.dispatch(cls, inputs, attrs)
 
     def compute(self, *arrays):  # pragma: no cover - abstract
         raise NotImplementedError
 
     def backward(self, grad: "Tensor") -> Sequence["Tensor | None"]:  # pragma: no cover
+        """The gradient rule: one Tensor (or None) per input."""
         raise NotImplementedError
 
     def apply(self, grad_out) -> list:
@@ -79,8 +76,12 @@ class Node:
         from .tensor import as_tensor
 
         self._check_alive()
-        with no_grad():
-            grads = self.backward(as_tensor(grad_out))
+        token = amp._disabled()
+        try:
+            with no_grad():
+                grads = self.backward(as_tensor(grad_out))
+        finally:
+            amp._restore(token)
         return [None if g is None else g.data for g in grads]
 
     def release(self) -> None:
@@ -215,3 +216,6 @@ def run_backward(
         amp._restore(amp_token)
         _GRAD.reset(grad_token)
     return None if want is None else [want[id(t)] for t in inputs]
+
+
+from . import dispatch as _dispatch  # noqa: E402  (dispatch needs Node defined)

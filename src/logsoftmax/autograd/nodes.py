@@ -28,6 +28,7 @@ import numpy as np
 from .. import _api, dtypes
 from ..schema import AmpPolicy, OpSchema, register
 from . import _array
+from . import dispatch as _dispatch
 from .engine import Node
 from .grad_mode import is_grad_enabled
 from .tensor import Tensor
@@ -137,9 +138,7 @@ class _SoftmaxFamily(_SavesOutput):
     def forward(cls, a, axis=-1) -> Tensor:  # type: ignore[override]
         """Validate ``axis`` (IndexError/TypeError), apply the AMP policy,
         dispatch to ``a``'s backend, save the output, and record the node."""
-        from .dispatch import dispatch
-
-        return dispatch(cls, (a,), {"axis": axis})
+        return _dispatch.dispatch(cls, (a,), {"axis": axis})
 
     def prepare(self, a: Tensor, *, axis) -> None:
         self.axis = _api.canonical_axis(axis, a.ndim, self.fn)
@@ -163,7 +162,8 @@ class LogSoftmaxBackward(_SoftmaxFamily):
         return self.saved_output
 
     def backward(self, grad):
-        return (LogSoftmaxBackwardBackward.forward(grad, self.output(), axis=self.axis),)
+        y = self.output()
+        return (LogSoftmaxBackwardBackward.forward(grad, y, axis=self.axis),)
 
 
 @register(_schema("softmax", FP32))
@@ -299,7 +299,8 @@ class _Targets:
                     f"{fn}: weight has dtype {_array.dtype_of(wt)}, expected a "
                     "floating dtype"
                 )
-            w = _array.where(ignored, 0.0, _array.take(_array.astype(wt, self.cd), self.safe))
+            per_target = _array.take(_array.astype(wt, self.cd), self.safe)
+            w = _array.where(ignored, 0.0, per_target)
         self.weighted = weight is not None
         self.ignored, self.ignore_index = ignored, ignore_index
         self.w = _array.astype(w, self.cd)
@@ -420,7 +421,8 @@ class CrossEntropyBackward(_Loss):
             # reach x through a LogSoftmaxBackward that shares this node's edge.
             lsm = LogSoftmaxBackward()
             lsm.axis, lsm.saved_output = self.plan.axis, self.saved_output
-            lsm.next_functions, lsm.input_meta = self.next_functions[:1], self.input_meta[:1]
+            lsm.next_functions = self.next_functions[:1]
+            lsm.input_meta = self.input_meta[:1]
             y = Tensor._make(self.saved_output, grad_fn=lsm)
         return CrossEntropyBackwardBackward.forward(grad, y, plan=self.plan), None
 
@@ -445,7 +447,7 @@ class CrossEntropyBackwardBackward(Node):
         a = plan.per_row(g)
         p = _api.softmax(y, plan.axis, dtype=plan.cd)  # fused, accumulation dtype
         p *= _array.expand_at(a, plan.axis)
-        _array.scatter_sub_(p, a, plan.safe, plan.axis)
+        p = _array.scatter_sub_(p, a, plan.safe, plan.axis)
         return _array.astype(p, dt)
 
     def backward(self, u):
@@ -563,9 +565,13 @@ class LinearBackward(Node):
     def backward(self, g):
         x, w, b = self.inputs
         out_f, in_f = w.shape
-        g2 = g.reshape(-1, out_f)
+        # (N, in) inputs need no flattening; each skipped reshape is one op less
+        g2 = g if g.ndim == 2 else g.reshape(-1, out_f)
         gx = (g @ w) if _needs(self, 0) else None
-        gw = (g2.T @ x.reshape(-1, in_f)) if _needs(self, 1) else None
+        if _needs(self, 1):
+            gw = g2.T @ (x if x.ndim == 2 else x.reshape(-1, in_f))
+        else:
+            gw = None
         gb = g2.sum(0) if b is not None and _needs(self, 2) else None
         return gx, gw, gb
 
@@ -575,14 +581,16 @@ class LinearBackward(Node):
 # ===========================================================================
 class _Binary(Node):
     def prepare(self, a, b):
+        self.shapes = (a.shape, b.shape)
+        if a.shape == b.shape or not a.shape or not b.shape:  # the common cases
+            return
         try:
-            self.out_shape = np.broadcast_shapes(a.shape, b.shape)
+            np.broadcast_shapes(a.shape, b.shape)
         except ValueError:
             raise ValueError(
                 f"{self.schema.name}: operands of shapes {a.shape} and {b.shape} "
                 "do not broadcast together"
             ) from None
-        self.shapes = (a.shape, b.shape)
 
     def promote(self, dts):
         return _common(dts)
@@ -721,7 +729,9 @@ def _infer_shape(in_shape, shape) -> tuple[int, ...]:
     try:
         dims = tuple(int(n) for n in shape)
     except (TypeError, ValueError):
-        raise TypeError(f"reshape: shape must be a tuple of ints, got {shape!r}") from None
+        raise TypeError(
+            f"reshape: shape must be a tuple of ints, got {shape!r}"
+        ) from None
     size, known = math.prod(in_shape), math.prod(n for n in dims if n != -1)
     free = [i for i, n in enumerate(dims) if n == -1]
     ok = len(free) <= 1 and all(n >= -1 for n in dims)

@@ -186,7 +186,9 @@ class Tensor:
         """A leaf sharing ``data``, cut from the graph."""
         return Tensor._make(self.data)
 
-    def backward(self, grad=None, create_graph: bool = False, retain_graph=None) -> None:
+    def backward(
+        self, grad=None, create_graph: bool = False, retain_graph=None
+    ) -> None:
         """Accumulate d(self)/d(leaf) * grad into every reachable leaf's ``.grad``.
 
         Args:

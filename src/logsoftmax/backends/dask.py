@@ -60,6 +60,7 @@ then one elementwise pass.
 from __future__ import annotations
 
 import importlib.util
+import os
 from functools import partial
 import numpy as np
 
@@ -296,8 +297,12 @@ class DaskBackend(Backend):
 
     @classmethod
     def available(cls) -> bool:
-        return importlib.util.find_spec("dask") is not None and (
-            importlib.util.find_spec("dask.array") is not None
+        # find_spec("dask.array") would import dask itself; look for the
+        # subpackage on disk instead, so listing backends stays import-free.
+        spec = importlib.util.find_spec("dask")
+        return spec is not None and any(
+            os.path.isfile(os.path.join(loc, "array", "__init__.py"))
+            for loc in spec.submodule_search_locations or ()
         )
 
     # -- array-type hooks -------------------------------------------------

@@ -14,6 +14,7 @@ error. Every option is documented in ``docs/driver.md``.
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 
@@ -60,6 +61,14 @@ def _norm_argv(argv: list[str]) -> list[str]:
 
 def main(argv: list[str]) -> int:
     """Run the bench command; returns the exit status."""
+    # numba's "omp" threading layer and torch both use libgomp, whose idle
+    # threads spin by default. Interleaved with each other (and with other
+    # processes on a 2-core machine) the spinning pools starve one another:
+    # medians measured 4-12x slower, quantised to scheduler ticks. Sleeping
+    # idle threads cost a few microseconds per parallel region instead. Read
+    # when each OpenMP runtime starts, so it must be set before the first
+    # parallel kernel; an explicit OMP_WAIT_POLICY is respected.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from ..backends import get_backend
     from ..driver import jobs, report
     from ..driver.parser import UsageError, parse_args
@@ -126,7 +135,9 @@ def main(argv: list[str]) -> int:
                 progress.write(report.perf_line(r, opts.perf_template, opts.engine))
             progress.write(report.status_line(r))
             if opts.verbose and r.err64 is not None:
-                progress.write(f"    err vs float64: {r.err64:.3g} eps  ({r.wall_s:.2f} s)")
+                progress.write(
+                    f"    err vs float64: {r.err64:.3g} eps  ({r.wall_s:.2f} s)"
+                )
     except KeyboardInterrupt:
         progress.write("interrupted")
     finally:

@@ -201,7 +201,8 @@ def _fill(role: str, kind: str, lt, axis: int, rng) -> np.ndarray:
     x = rng.uniform(-5.0, 5.0, shape)
     if role == "dst":
         with logsoftmax.use_backend("reference"):
-            fn = logsoftmax.log_softmax if kind.startswith("Log") else logsoftmax.softmax
+            log = kind.startswith("Log")
+            fn = logsoftmax.log_softmax if log else logsoftmax.softmax
             return fn(x, axis)
     return x
 
@@ -214,11 +215,13 @@ def _check(y: np.ndarray, ref: np.ndarray, dtname: str) -> tuple[float, int]:
     yf = y.astype(np.float64)
     eps = dtypes.eps(DataType.from_name(dtname).numpy_dtype)
     finite = np.isfinite(ref)
-    bad = int(np.count_nonzero(~finite & ~((yf == ref) | (np.isnan(yf) & np.isnan(ref)))))
+    same = (yf == ref) | (np.isnan(yf) & np.isnan(ref))
+    bad = int(np.count_nonzero(~finite & ~same))
     if not finite.any():
         return 0.0, bad
     with np.errstate(all="ignore"):
-        err = np.abs(yf[finite] - ref[finite]) / (eps * np.maximum(1.0, np.abs(ref[finite])))
+        r = ref[finite]
+        err = np.abs(yf[finite] - r) / (eps * np.maximum(1.0, np.abs(r)))
     err = np.where(np.isnan(err), np.inf, err)
     return float(err.max()), bad
 
@@ -230,7 +233,7 @@ def _run(args) -> int:
     path = g.case_path(args.case) if args.case else args.path
     doc = rewrite(g.load_json(path), args.dt, args.in_shapes or (), args.op_attrs or ())
     graph = g.from_json(doc)
-    eng, strm = g.Engine(g.EngineKind.cpu), None
+    eng = g.Engine(g.EngineKind.cpu)
     strm = g.Stream(eng)
     rng = np.random.default_rng(args.seed)
     parts = graph.get_partitions()
@@ -281,7 +284,8 @@ def _run(args) -> int:
         clt = outs[0].get_logical_tensor()
         print(
             f"{p.get_id()}: {op.kind.value} {op.name!r} axis={cp.axis} {dtname} "
-            f"shape={list(clt.shape)} strides={list(ins[0].get_logical_tensor().strides)}"
+            f"shape={list(clt.shape)} "
+            f"strides={list(ins[0].get_logical_tensor().strides)}"
             f" in-place={'yes' if inplace else 'no'}"
         )
         print(
@@ -312,7 +316,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Run oneDNN JSON graph cases (benchdnn graph-driver style).",
     )
     sub = ap.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="execute a case and check it against the reference")
+    run = sub.add_parser(
+        "run", help="execute a case and check it against the reference"
+    )
     run.add_argument("path", nargs="?", help="a oneDNN JSON graph file")
     run.add_argument("--case", help="a bundled case instead of a path (see `list`)")
     run.add_argument("--dt", choices=DATA_TYPES, help="rewrite every data type")
@@ -329,7 +335,9 @@ def _parser() -> argparse.ArgumentParser:
         help="set an op attribute, e.g. 0:axis:2",
     )
     run.add_argument(
-        "--inplace", action="store_true", help="write outputs over their in-place inputs"
+        "--inplace",
+        action="store_true",
+        help="write outputs over their in-place inputs",
     )
     run.add_argument("--repeats", type=int, default=10, help="timed runs (0: none)")
     run.add_argument("--seed", type=int, default=0, help="seed of the input data")

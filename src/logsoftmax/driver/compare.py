@@ -90,7 +90,8 @@ def _seq_sum(x: np.ndarray, axis: int) -> np.ndarray:
     """Sequential float32 sum along ``axis`` (benchdnn's loop order; numpy's
     ``sum`` would add pairwise and may round differently)."""
     if x.shape[axis] == 0:
-        return np.zeros([1 if i == axis else n for i, n in enumerate(x.shape)], np.float32)
+        shape = [1 if i == axis else n for i, n in enumerate(x.shape)]
+        return np.zeros(shape, np.float32)
     return np.take(np.cumsum(x, axis=axis, dtype=np.float32), [-1], axis=axis)
 
 

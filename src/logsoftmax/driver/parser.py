@@ -173,7 +173,8 @@ _SETTING_PARSERS = {
         "acc_mode",
         lambda v, o: _choice(
             v, o, ("strict", "relaxed", "f32", "any"),
-            {"STRICT": "strict", "RELAXED": "relaxed", "F32": "strict", "ANY": "relaxed"},
+            {"STRICT": "strict", "RELAXED": "relaxed", "F32": "strict",
+             "ANY": "relaxed"},
         ),
     ),
 }
@@ -228,7 +229,9 @@ def _run_option(opts: RunOptions, key: str, val: str) -> bool:
         libs = tuple(v for v in val.split(",") if v)
         bad = [v for v in libs if v not in ("torch", "numpy")]
         if bad:
-            raise UsageError(f"--compare: unknown library {bad[0]!r}; expected torch, numpy")
+            raise UsageError(
+                f"--compare: unknown library {bad[0]!r}; expected torch, numpy"
+            )
         opts.compare = libs
     elif key == "--problems":
         opts.problems_file = val
@@ -273,7 +276,9 @@ def _consume(state: _State, tokens: list[str], where: str, base_dir: str, depth:
             "conv", "matmul", "eltwise", "binary", "reorder", "pool", "lnorm",
             "bnorm", "sum", "concat", "shuffle", "resampling", "graph",
         ) and "=" not in tok:
-            raise UsageError(f"{where}: {tok} selects a driver this tool lacks; only --softmax")
+            raise UsageError(
+                f"{where}: {tok} selects a driver this tool lacks; only --softmax"
+            )
         if tok == "--reset":
             state.settings = Settings()
             continue
@@ -296,7 +301,9 @@ def _consume(state: _State, tokens: list[str], where: str, base_dir: str, depth:
                 try:
                     state.settings.match = re.compile(val) if val else None
                 except re.error as e:
-                    raise UsageError(f"--match: bad regular expression {val!r}: {e}") from None
+                    raise UsageError(
+                        f"--match: bad regular expression {val!r}: {e}"
+                    ) from None
                 state.opts.match = state.settings.match
             elif key == "--dt":
                 state.settings.sdt = state.settings.ddt = [
@@ -343,7 +350,8 @@ def _batch(state: _State, path: str, base_dir: str, depth: int) -> None:
         tokens = []
         for line in f:
             tokens += line.split("#", 1)[0].split()
-    _consume(state, tokens, f"--batch={path}", os.path.dirname(os.path.abspath(cand)), depth + 1)
+    here = os.path.dirname(os.path.abspath(cand))
+    _consume(state, tokens, f"--batch={path}", here, depth + 1)
 
 
 def parse_args(argv: list[str]) -> tuple[list[Problem], RunOptions, bool]:

@@ -26,7 +26,9 @@ __all__ = [
 
 #: the default ``--perf-template`` (benchdnn's is
 #: ``perf,%engine%,%impl%,%name%,%prb%,%Gops%,%-time%,%-Gflops%,%0time%,%0Gflops%``)
-DEFAULT_PERF_TEMPLATE = "perf,%engine%,%impl%,%name%,%prb%,%-time%,%0time%,%GBps%,%copy%"
+DEFAULT_PERF_TEMPLATE = (
+    "perf,%engine%,%impl%,%name%,%prb%,%-time%,%0time%,%GBps%,%copy%"
+)
 
 
 def status_line(r: Result) -> str:
@@ -138,7 +140,9 @@ def _record(r: Result) -> dict:
         d[f"{lib}_pct_of_copy"] = r.copy_pct(pr.timing) if pr.timing else None
         d[f"{lib}_err_eps_f64"] = pr.err64
         d[f"{lib}_reason"] = pr.reason
-    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
+    return {
+        k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()
+    }
 
 
 def write_json(path: str, results: list[Result], meta: dict) -> None:
@@ -168,7 +172,8 @@ def table(results: list[Result], libs: Iterable[str]) -> str:
     for name in ["logsoftmax"] + libs:
         head += f" | {name:^29}"
     lines = [head]
-    units = " " * 43 + (" | " + sub.format("ms", "GB/s", "%cpy", "err")[1:]) * (1 + len(libs))
+    unit = " | " + sub.format("ms", "GB/s", "%cpy", "err")[1:]
+    units = " " * 43 + unit * (1 + len(libs))
     lines.append(units)
     lines.append("-" * len(units))
     for r in results:
@@ -214,7 +219,8 @@ def plot(path: str, results: list[Result]) -> None:
         for r in results:
             if r.timing is None or r.problem.is_fwd != fwd:
                 continue
-            series.setdefault(r.problem.out_dt, []).append((r.problem.axis_size, r.gbps()))
+            point = (r.problem.axis_size, r.gbps())
+            series.setdefault(r.problem.out_dt, []).append(point)
         for dt, pts in sorted(series.items()):
             pts.sort()
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", label=dt, alpha=0.7)

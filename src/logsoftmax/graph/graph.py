@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-from .errors import GraphBuildError, InvalidArgumentError, InvalidGraphError
+from .errors import InvalidArgumentError, InvalidGraphError
 from .logical_tensor import LogicalTensor
 from .op import Op
 from .partition import Partition
@@ -169,7 +169,8 @@ class Graph:
                 if not deps[u]:
                     heapq.heappush(heap, index[u])
         if len(order) != len(ops):
-            stuck = [ops[k].describe() for k in sorted(index[i] for i, d in deps.items() if d)]
+            left = sorted(index[i] for i, d in deps.items() if d)
+            stuck = [ops[k].describe() for k in left]
             raise InvalidGraphError(
                 "could not finalize the graph: these ops form a cycle through "
                 f"their logical tensors: {', '.join(stuck)}"
@@ -210,9 +211,11 @@ class Graph:
         return list(self._ops.values())
 
     def get_engine_kind(self) -> EngineKind:
+        """The engine kind the graph was created for."""
         return self._engine_kind
 
     def get_fpmath_mode(self) -> str:
+        """The fpmath mode (recorded; see :data:`FPMATH_MODES`)."""
         return self._fpmath_mode
 
     def get_input_ids(self) -> list[int]:

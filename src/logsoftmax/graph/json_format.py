@@ -13,7 +13,10 @@ driver reads them in this format::
                 "outputs": [...]}]}
 
 Strides are in elements; an unknown dim is written as ``INT64_MIN``
-(-9223372036854775808), as oneDNN does, and read back as -1. Reading then
+(-9223372036854775808), as oneDNN does, and read back as -1. An unknown rank
+is written, as in oneDNN, as ``"shape": []``, which reads back as 0-d: the
+format cannot tell them apart (no op here accepts either at compile time).
+``"stride": []`` on a strided tensor of known dims means row-major. Reading then
 writing a file gives the same JSON document (top-level fields are kept; the
 port lists are recomputed from the ops).
 """
@@ -42,7 +45,14 @@ from .types import (
     PropertyType,
 )
 
-__all__ = ["from_json", "to_json", "load_json", "case_names", "case_path", "JSON_VERSION"]
+__all__ = [
+    "from_json",
+    "to_json",
+    "load_json",
+    "case_names",
+    "case_path",
+    "JSON_VERSION",
+]
 
 #: the format version written for graphs not read from JSON
 JSON_VERSION = "3.7.0"
@@ -56,7 +66,9 @@ def _cases_dir():
 def case_names() -> list[str]:
     """Names of the bundled oneDNN cases (``logsoftmax_bwd``, ...)."""
     return sorted(
-        p.name[: -len(".json")] for p in _cases_dir().iterdir() if p.name.endswith(".json")
+        p.name[: -len(".json")]
+        for p in _cases_dir().iterdir()
+        if p.name.endswith(".json")
     )
 
 
@@ -91,7 +103,9 @@ def load_json(source) -> dict:
         try:
             text = Path(source).read_text()
         except OSError as e:
-            raise JsonFormatError(f"could not read JSON graph {str(source)!r}: {e}") from e
+            raise JsonFormatError(
+                f"could not read JSON graph {str(source)!r}: {e}"
+            ) from e
     else:
         raise JsonFormatError(
             f"could not read JSON graph from {type(source).__name__}; expected a "
@@ -157,7 +171,10 @@ def _logical_tensor(d: Any, where: str) -> LogicalTensor:
     shape = _dims(_field(d, "shape", where, list), where, "shape")
     stride = _dims(_field(d, "stride", where, list, []), where, "stride")
     layout = _enum(
-        LayoutType, _field(d, "layout_type", where, str, "strided"), where, "layout_type"
+        LayoutType,
+        _field(d, "layout_type", where, str, "strided"),
+        where,
+        "layout_type",
     )
     prop = _enum(
         PropertyType,
@@ -240,7 +257,9 @@ def from_json(source) -> Graph:
     for k, d in enumerate(ops):
         where = f"op #{k}"
         if not isinstance(d, dict):
-            raise JsonFormatError(f"could not read JSON graph: {where} is not an object")
+            raise JsonFormatError(
+                f"could not read JSON graph: {where} is not an object"
+            )
         oid = _field(d, "id", where, int)
         where = f"op {oid}"
         kind_name = _field(d, "kind", where, str)

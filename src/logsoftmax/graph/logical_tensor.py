@@ -287,10 +287,12 @@ class LogicalTensor:
     # -- Python properties ------------------------------------------------
     @property
     def id(self) -> int:
+        """The tensor's id."""
         return self._id
 
     @property
     def dtype(self) -> DataType:
+        """The element data type."""
         return self._dtype
 
     @property
@@ -310,10 +312,12 @@ class LogicalTensor:
 
     @property
     def layout_type(self) -> LayoutType:
+        """The layout type."""
         return self._layout
 
     @property
     def property_type(self) -> PropertyType:
+        """The property type."""
         return self._property
 
     # -- helpers ----------------------------------------------------------
@@ -341,7 +345,7 @@ class LogicalTensor:
         item = self._dtype.numpy_dtype.itemsize
         return tuple(s * item for s in self._strides)
 
-    def with_(
+    def _with(
         self,
         *,
         dtype: DataType | None = None,

@@ -143,7 +143,9 @@ class Op:
                     "needs a list of output logical tensors"
                 )
         if isinstance(id, (bool, np.bool_)) or not hasattr(id, "__index__"):
-            raise InvalidArgumentError(f"could not create op: id {id!r} is not an integer")
+            raise InvalidArgumentError(
+                f"could not create op: id {id!r} is not an integer"
+            )
         id = operator.index(id)
         if id < 0:
             raise InvalidArgumentError(f"could not create op: id {id} is negative")
@@ -200,12 +202,15 @@ class Op:
 
     # -- queries ----------------------------------------------------------
     def get_id(self) -> int:
+        """The op's id."""
         return self._id
 
     def get_kind(self) -> OpKind:
+        """The op's kind."""
         return self._kind
 
     def get_name(self) -> str:
+        """The op's name."""
         return self._name
 
     def get_attr(self, attr: OpAttr | str, default: Any = None) -> Any:
@@ -217,29 +222,36 @@ class Op:
         return dict(self._attrs)
 
     def get_input_logical_tensors(self) -> list[LogicalTensor]:
+        """The input ports, in index order."""
         return list(self._inputs)
 
     def get_output_logical_tensors(self) -> list[LogicalTensor]:
+        """The output ports, in index order."""
         return list(self._outputs)
 
     @property
     def id(self) -> int:
+        """The op's id."""
         return self._id
 
     @property
     def kind(self) -> OpKind:
+        """The op's kind."""
         return self._kind
 
     @property
     def name(self) -> str:
+        """The op's name."""
         return self._name
 
     @property
     def inputs(self) -> tuple[LogicalTensor, ...]:
+        """The input ports, in index order."""
         return tuple(self._inputs)
 
     @property
     def outputs(self) -> tuple[LogicalTensor, ...]:
+        """The output ports, in index order."""
         return tuple(self._outputs)
 
     def describe(self) -> str:

@@ -335,7 +335,7 @@ class Partition:
                     j,
                 )
             compiled_outs.append(
-                lt.with_(shape=shape, strides=strides, layout_type=LayoutType.strided)
+                lt._with(shape=shape, strides=strides, layout_type=LayoutType.strided)
             )
         inplace = []
         i_in, i_out = d.inplace

@@ -60,15 +60,14 @@ class Linear(Module):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
                  dtype=dtypes.float32, seed=None) -> None:
-        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        rng = np.random.default_rng(seed)  # a Generator passes through
         bound = 1.0 / math.sqrt(in_features)
         w = rng.uniform(-bound, bound, (out_features, in_features))
         self.weight = tensor(w, requires_grad=True, dtype=dtype)
-        self.bias = (
-            tensor(rng.uniform(-bound, bound, out_features), requires_grad=True, dtype=dtype)
-            if bias
-            else None
-        )
+        self.bias = None
+        if bias:
+            b = rng.uniform(-bound, bound, out_features)
+            self.bias = tensor(b, requires_grad=True, dtype=dtype)
 
     def forward(self, x):
         return functional.linear(x, self.weight, self.bias)

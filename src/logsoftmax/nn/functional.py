@@ -44,7 +44,8 @@ def log_softmax(x, axis: int = -1) -> Tensor:
 
 
 def softmax(x, axis: int = -1) -> Tensor:
-    r"""Differentiable :func:`logsoftmax.softmax`: :math:`e^{x_i - m} / \sum e^{x_j - m}`.
+    r"""Differentiable :func:`logsoftmax.softmax`:
+    :math:`e^{x_i - m} / \sum e^{x_j - m}` along ``axis``.
 
     Same arguments, dtypes and errors as :func:`log_softmax`.
     """

@@ -22,7 +22,10 @@ How a strided array becomes that view (:func:`plan`):
 4. If the smallest remaining non-axis stride is smaller than the axis
    stride, it becomes ``inner`` (the kernel vectorises across it: the
    non-last-axis case, e.g. NCHW ``axis=1``); otherwise ``inner = 1`` and
-   every remaining dim is a row index (the contiguous-row case).
+   every remaining dim is a row index (the contiguous-row case). Rows of at
+   most :data:`SHORT_ROW` elements also take the inner form, with the row
+   index as ``inner``: the tile kernels gather a block of rows transposed
+   and vectorise across rows instead of paying per-row overhead.
 5. The two innermost remaining row dims go to the kernel (``outer1``,
    ``outer2``); any further non-mergeable dims are looped over in Python
    (:attr:`Plan.loops`), which only happens for views that are sliced in
@@ -125,6 +128,13 @@ class Plan:
                 return
 
 
+#: rows this short run on the inner (tile) kernels with the rows as the
+#: vectorised dimension: a block of rows is gathered transposed into an L1/L2
+#: tile. Per-row overhead made the row kernel ~36 ns per element at n = 4
+#: (8M elements, perf07); see docs/performance.md.
+SHORT_ROW = 32
+
+
 def plan(arrays: list[np.ndarray], axis: int) -> Plan:
     """Map same-shape ``arrays`` (first = primary) reduced along ``axis``.
 
@@ -156,7 +166,7 @@ def plan(arrays: list[np.ndarray], axis: int) -> Plan:
                 continue
         merged.append([size, strides])
     ni, si = 1, [0] * nops
-    if merged and n > 1 and abs(merged[-1][1][0]) < abs(sn[0]):
+    if merged and n > 1 and (abs(merged[-1][1][0]) < abs(sn[0]) or n <= SHORT_ROW):
         ni, si = merged.pop()
     while len(merged) < 2:
         merged.insert(0, [1, [0] * nops])

@@ -30,6 +30,7 @@ kernels can run here: a CUDA driver is present (``/proc/driver/nvidia``) or
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import sys
@@ -100,6 +101,7 @@ def _is_foreign_cuda(x) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=None)
 def _torch_dtype(dt: np.dtype):
     torch = _lib()[0]
     dt = np.dtype(dt)
@@ -108,6 +110,7 @@ def _torch_dtype(dt: np.dtype):
     return torch.from_numpy(np.empty(0, dt.newbyteorder("="))).dtype
 
 
+@functools.lru_cache(maxsize=None)
 def _numpy_dtype(tdt) -> np.dtype:
     torch = _lib()[0]
     if tdt == torch.bfloat16:
@@ -246,7 +249,7 @@ class _Call:
                 return op
         dt = t.dtype if t is not None else _torch_dtype(a.dtype)
         tmp = self.torch.empty(tuple(a.shape), dtype=dt, device=self.device)
-        self._writebacks.append((a, tmp))
+        self._writebacks.append((a if t is None else t, tmp))
         return launch.Operand.of(tmp)
 
     def finish(self) -> None:

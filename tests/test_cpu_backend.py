@@ -1,0 +1,428 @@
+"""Kernel properties of the fused CPU backend (``logsoftmax.backends.cpu``).
+
+The API-level conformance suite (tests/test_functional.py) checks the public
+contract on every backend; this file checks what is specific to the numba
+kernels: agreement with the float64 reference over layouts the stride
+mapper must handle, bit-identity across layouts / out= / in place / thread
+counts / split long rows, the O(rows) memory rule, accuracy against PyTorch
+on long rows, exact cases, the float32 ``exp``, and lazy compilation.
+
+Errors are in units of the dtype's eps (API.md section 1):
+``|y - y_ref| / (eps * max(1, |y_ref|))``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tracemalloc
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from logsoftmax import dtypes
+from logsoftmax.backends import get_backend
+
+numba = pytest.importorskip("numba")
+
+CPU = get_backend("cpu")
+REF = get_backend("reference")
+
+F32, BF16, F16, F64 = dtypes.float32, dtypes.bfloat16, dtypes.float16, dtypes.float64
+ALL = [F32, BF16, F16, F64]
+FWD = ["log_softmax", "softmax"]
+BWD = ["log_softmax_backward", "softmax_backward"]
+
+# Max error in eps vs the float64 reference on random inputs (short rows).
+# bf16/f16: the float32 result rounded once, so half an ulp plus a hair.
+FWD_TOL = {F32: 2.0, F64: 2.0, BF16: 0.51, F16: 0.51}
+BWD_TOL = {F32: 1.0, F64: 4.0, BF16: 0.51, F16: 0.51}
+
+
+def err_eps(y, ref, dtype) -> float:
+    """Max error of ``y`` against ``ref`` in eps of ``dtype``; NaN must match NaN."""
+    y = np.asarray(y).astype(np.float64)
+    ref = np.asarray(ref).astype(np.float64)
+    assert y.shape == ref.shape
+    nan_y, nan_r = np.isnan(y), np.isnan(ref)
+    assert np.array_equal(nan_y, nan_r), "NaN pattern differs from the reference"
+    same = (y == ref) | nan_y
+    if same.all():
+        return 0.0
+    with np.errstate(invalid="ignore"):
+        e = np.abs(y - ref) / (dtypes.eps(dtype) * np.maximum(1.0, np.abs(ref)))
+    return float(np.max(np.where(same, 0.0, e)))
+
+
+def bits(a) -> np.ndarray:
+    """Raw bytes of ``a`` in logical order, for bit-for-bit comparisons."""
+    a = np.ascontiguousarray(a)
+    return a.view(np.uint8)
+
+
+def special_rows(dtype, n=37) -> np.ndarray:
+    """Rows of special values (see API.md section 2) plus two random rows."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((10, n)) * 3).astype(np.float64)
+    x[0, 5] = np.nan
+    x[1, 3] = np.inf
+    x[2, :] = -np.inf
+    x[3, ::3] = -np.inf
+    x[4, :] = -np.inf
+    x[4, 11] = 1.5  # one finite among -inf: exact 0 / 1
+    x[5, 0] = 200.0  # one dominant logit
+    x[6, :] = -np.inf
+    x[6, 2] = np.nan
+    x[7, 1] = np.inf
+    x[7, 2] = -np.inf
+    return x.astype(dtype)
+
+
+def layouts(base: np.ndarray) -> dict[str, np.ndarray]:
+    """Views of ``base`` (3-d) the stride mapper must handle without copying."""
+    return {
+        "contiguous": base,
+        "negative": base[::-1, :, ::-1],
+        "transposed": base.transpose(2, 0, 1),
+        "sliced": base[::2, 1:, 3:-2:3],
+        "broadcast": np.broadcast_to(base[:1], (3,) + base.shape[1:]),
+        "swapped": np.swapaxes(base, 1, 2),
+    }
+
+
+def _fwd(op, x, axis, out=None, dtype=None):
+    dt = np.dtype(dtype or x.dtype)
+    return getattr(CPU, op)(x, axis, out, dt)
+
+
+# ---------------------------------------------------------------------------
+# agreement with the reference over layouts
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ALL, ids=dtypes.name_of)
+@pytest.mark.parametrize("name", list(layouts(np.zeros((2, 2, 2)))))
+def test_forward_layouts_match_reference_and_contiguous_bits(dtype, name):
+    rng = np.random.default_rng(1)
+    base = (rng.standard_normal((4, 5, 40)) * 4).astype(dtype)
+    base[0, 0, :] = -np.inf
+    base[1, 2, 7] = np.nan
+    base[2, 3, 0] = np.inf
+    x = layouts(base)[name]
+    for axis in range(3):
+        for op in FWD:
+            y = _fwd(op, x, axis)
+            r = getattr(REF, op)(x, axis, None, dtype)
+            assert err_eps(y, r, dtype) <= FWD_TOL[dtype] + 1.0 * (op == "softmax")
+            # any input strides: the same bits as a contiguous copy
+            c = _fwd(op, np.ascontiguousarray(x), axis)
+            assert np.array_equal(bits(y), bits(c)), (op, axis)
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=dtypes.name_of)
+@pytest.mark.parametrize("name", ["contiguous", "negative", "transposed", "broadcast"])
+def test_backward_layouts_match_reference(dtype, name):
+    rng = np.random.default_rng(2)
+    base = (rng.standard_normal((4, 5, 40)) * 3).astype(dtype)
+    x = layouts(base)[name]
+    for axis in range(3):
+        dd = rng.standard_normal(x.shape).astype(dtype)
+        for op, fwd in zip(BWD, FWD):
+            y = _fwd(fwd, np.ascontiguousarray(x), axis)
+            yv = layouts(np.ascontiguousarray(y))["contiguous"]
+            g = getattr(CPU, op)(dd, yv, axis, None, np.dtype(dtype))
+            r = getattr(REF, op)(dd, yv, axis, None, np.dtype(dtype))
+            tol = BWD_TOL[dtype] + (2.0 if op == "softmax_backward" else 0.0)
+            assert err_eps(g, r, dtype) <= tol, (op, axis)
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=dtypes.name_of)
+def test_special_value_rows_match_reference(dtype):
+    x = special_rows(dtype)
+    for axis, xv in [(1, x), (0, np.ascontiguousarray(x.T))]:  # rows and inner
+        for op in FWD:
+            y = _fwd(op, xv, axis)
+            r = getattr(REF, op)(xv, axis, None, dtype)
+            assert err_eps(y, r, dtype) <= FWD_TOL[dtype] + 1.0
+        lse = CPU.logsumexp(xv, (axis,), False)
+        lse_tol = 2.0 if dtype == F64 else 0.51  # float64 vs a long double oracle
+        assert err_eps(lse, REF.logsumexp(xv, (axis,), False), dtype) <= lse_tol
+    y = _fwd("log_softmax", x, 1)
+    assert np.all(np.isnan(y[[0, 1, 2, 6, 7]].astype(np.float64)))
+    assert np.all(np.isneginf(y[3, ::3].astype(np.float64)))
+    assert y[4, 11] == 0 and _fwd("softmax", x, 1)[4, 11] == 1
+    dd = np.ones_like(x)
+    g = CPU.log_softmax_backward(dd, y, 1, None, np.dtype(dtype))
+    assert np.array_equal(g[3, ::3], dd[3, ::3])  # -inf dst: diff_dst passes
+
+
+def test_logsumexp_special_rows():
+    x = np.array(
+        [[-np.inf] * 3, [1.0, np.inf, -np.inf], [np.nan, np.inf, 1.0], [np.nan] + [-np.inf] * 2],
+        np.float32,
+    )
+    for xv, axis in [(x, 1), (np.ascontiguousarray(x.T), 0)]:
+        r = CPU.logsumexp(xv, (axis,), False)
+        assert np.isneginf(r[0]) and np.isposinf(r[1])
+        assert np.isnan(r[2]) and np.isnan(r[3])
+
+
+# ---------------------------------------------------------------------------
+# mixed result dtypes: compute at the input precision, round once
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "src,dst", [(F32, BF16), (BF16, F32), (F64, F16), (F16, F64), (F32, F64)]
+)
+def test_mixed_result_dtype_rounds_once(src, dst):
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((6, 300)) * 3).astype(src)
+    # the reference rounds its float64 result once; our compute precision is
+    # the input's, so measure in the coarser of the two dtypes' eps
+    coarse = src if dtypes.eps(src) > dtypes.eps(dst) else dst
+    for op in FWD:
+        y = _fwd(op, x, 1, dtype=dst)
+        assert y.dtype == dst
+        r = getattr(REF, op)(x, 1, None, dst)
+        assert err_eps(y, r, coarse) <= FWD_TOL[coarse] + 1.0
+    y = _fwd("log_softmax", x, 1)
+    dd = rng.standard_normal(x.shape).astype(src)
+    g = CPU.log_softmax_backward(dd, y, 1, None, dst)
+    r = REF.log_softmax_backward(dd, y, 1, None, dst)
+    assert g.dtype == dst and err_eps(g, r, coarse) <= BWD_TOL[coarse] + 0.5
+
+
+# ---------------------------------------------------------------------------
+# bit-identity: allocating == out= (any strides) == in place; threads; splits
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=dtypes.name_of)
+@pytest.mark.parametrize("axis", [0, 1])
+def test_inplace_out_alloc_bit_identical(dtype, axis):
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((64, 96)) * 3).astype(dtype)
+    for op in FWD:
+        a = _fwd(op, x, axis)
+        strided = np.zeros((64, 192), dtype)[:, ::-2]
+        _fwd(op, x, axis, out=strided)
+        transposed = np.zeros((96, 64), dtype).T
+        _fwd(op, x, axis, out=transposed)
+        inplace = x.copy()
+        assert _fwd(op, inplace, axis, out=inplace) is inplace
+        for other in (strided, transposed, inplace):
+            assert np.array_equal(bits(a), bits(other)), op
+    dd = rng.standard_normal(x.shape).astype(dtype)
+    y = _fwd("log_softmax", x, axis)
+    for op in BWD:
+        g = getattr(CPU, op)(dd, y, axis, None, np.dtype(dtype))
+        d2, y2 = dd.copy(), y.copy()
+        getattr(CPU, op)(d2, y, axis, d2, np.dtype(dtype))  # out is diff_dst
+        getattr(CPU, op)(dd, y2, axis, y2, np.dtype(dtype))  # out is dst
+        assert np.array_equal(bits(g), bits(d2)) and np.array_equal(bits(g), bits(y2))
+
+
+def _with_threads(n, fn):
+    old = numba.get_num_threads()
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    try:
+        return fn()
+    finally:
+        numba.set_num_threads(old)
+
+
+@pytest.mark.parametrize("shape", [(1, 70_001), (3, 20_000), (200, 999)])
+def test_thread_count_and_row_split_deterministic(shape):
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(shape) * 5).astype(np.float32)
+    dd = rng.standard_normal(shape).astype(np.float32)
+
+    def run():
+        y = _fwd("log_softmax", x, 1)
+        return (
+            y,
+            _fwd("softmax", x, 1),
+            CPU.log_softmax_backward(dd, y, 1, None, np.dtype(np.float32)),
+            CPU.logsumexp(x, (1,), False),
+        )
+
+    one, two = _with_threads(1, run), _with_threads(2, run)
+    for a, b in zip(one, two):
+        assert np.array_equal(bits(a), bits(b))
+    # a long row alone (split over threads) == the same row among many rows
+    # (one row per thread), and == the row as a strided (inner) axis
+    many = np.concatenate([x] * 4)
+    assert np.array_equal(bits(one[0]), bits(_fwd("log_softmax", many, 1)[: shape[0]]))
+    inner = _fwd("log_softmax", np.ascontiguousarray(x.T), 0).T
+    assert np.array_equal(bits(one[0]), bits(inner))
+    lse_many = CPU.logsumexp(many, (1,), False)[: shape[0]]
+    assert np.array_equal(bits(one[3]), bits(lse_many))
+
+
+# ---------------------------------------------------------------------------
+# memory: O(rows) extra, nothing full-size besides the result
+# ---------------------------------------------------------------------------
+def test_peak_extra_memory_is_output_only():
+    x = np.random.default_rng(6).standard_normal((256, 16384)).astype(np.float32)
+    out = np.empty_like(x)
+    dd = np.ones_like(x)
+    xt = np.ascontiguousarray(x.T)
+    _fwd("log_softmax", x, 1, out=out)  # compile outside the measurement
+    _fwd("log_softmax", xt, 0, out=out.T.copy())
+    CPU.log_softmax_backward(dd, x, 1, out, np.dtype(np.float32))
+    cases = [
+        ("fwd out=", lambda: _fwd("log_softmax", x, 1, out=out), 0),
+        ("fwd alloc", lambda: _fwd("log_softmax", x, 1), x.nbytes),
+        ("fwd inner alloc", lambda: _fwd("log_softmax", xt, 0), x.nbytes),
+        (
+            "bwd out=",
+            lambda: CPU.log_softmax_backward(dd, x, 1, out, np.dtype(np.float32)),
+            0,
+        ),
+    ]
+    for name, fn, expected in cases:
+        tracemalloc.start()
+        fn()
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        # O(rows) slack: partials, scratch and numba's per-call bookkeeping
+        assert peak <= expected + 4 * x.shape[0] * 64 + 2**20, (name, peak)
+
+
+# ---------------------------------------------------------------------------
+# accuracy against PyTorch on long rows (API.md section 1)
+# ---------------------------------------------------------------------------
+def _torch_errors(n, rows, seed=0):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, n)) * 3).astype(np.float32)
+    x64 = x.astype(np.float64)
+    m = x64.max(1, keepdims=True)
+    lse = m + np.log(np.exp(x64 - m).sum(1, keepdims=True))
+    y_ref = (x64 - m) - (lse - m)
+    tx = torch.from_numpy(x)
+    y = _fwd("log_softmax", x, 1)
+    dd = rng.standard_normal(x.shape).astype(np.float32)
+    g_ref = dd - np.exp(y.astype(np.float64)) * dd.astype(np.float64).sum(1, keepdims=True)
+    g_t = torch._log_softmax_backward_data(
+        torch.from_numpy(dd), torch.from_numpy(y), 1, torch.float32
+    ).numpy()
+    return {
+        "fwd": (err_eps(y, y_ref, F32), err_eps(torch.log_softmax(tx, 1).numpy(), y_ref, F32)),
+        "lse": (
+            err_eps(CPU.logsumexp(x, (1,), False), lse[:, 0], F32),
+            err_eps(torch.logsumexp(tx, 1).numpy(), lse[:, 0], F32),
+        ),
+        "bwd": (
+            err_eps(CPU.log_softmax_backward(dd, y, 1, None, F32), g_ref, F32),
+            err_eps(g_t, g_ref, F32),
+        ),
+    }
+
+
+@pytest.mark.parametrize("n", [3, 250, 32768, 65536])
+def test_long_rows_no_worse_than_torch(n):
+    for what, (ours, theirs) in _torch_errors(n, rows=max(2, 400_000 // n)).items():
+        # a hair of slack for ties at tiny n, where both are ~0.5-1 eps
+        assert ours <= max(theirs, 0.5) + 0.01, (what, ours, theirs)
+
+
+@pytest.mark.slow
+def test_million_element_rows_no_worse_than_torch():
+    for what, (ours, theirs) in _torch_errors(1_000_000, rows=3).items():
+        assert ours <= max(theirs, 0.5) + 0.01, (what, ours, theirs)
+
+
+# ---------------------------------------------------------------------------
+# exact cases
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ALL, ids=dtypes.name_of)
+def test_exact_cases(dtype):
+    x = np.array([[3.5], [-7.0], [1e4 if dtype != F16 else 6e4]], dtype)
+    assert np.all(_fwd("log_softmax", x, 1) == 0)
+    assert np.all(_fwd("softmax", x, 1) == 1)
+    assert np.array_equal(CPU.logsumexp(x, (1,), False), x[:, 0])
+    dd = np.array([[2.0], [-3.0], [0.25]], dtype)
+    y = _fwd("log_softmax", x, 1)
+    assert np.all(CPU.log_softmax_backward(dd, y, 1, None, np.dtype(dtype)) == 0)
+    # one dominant logit: every other term underflows
+    row = np.full((1, 300), -1e4 if dtype != F16 else -6e4, dtype)
+    row[0, 17] = 5
+    assert _fwd("log_softmax", row, 1)[0, 17] == 0
+    assert _fwd("softmax", row, 1)[0, 17] == 1
+    assert CPU.logsumexp(row, (1,), False)[0] == row[0, 17]
+    # the same through the inner kernel
+    col = np.ascontiguousarray(row.T)
+    assert _fwd("softmax", col, 0)[17, 0] == 1
+
+
+def test_exp32_within_one_ulp():
+    from logsoftmax.backends.cpu._simd import exp32
+
+    @numba.njit
+    def run(x, out):
+        for i in range(x.shape[0]):
+            out[i] = exp32(x[i])
+
+    x = np.concatenate(
+        [np.linspace(-87, 88.7, 400_001), np.random.default_rng(8).uniform(-20, 0, 100_000)]
+    ).astype(np.float32)
+    out = np.empty_like(x)
+    run(x, out)
+    ref = np.exp(x.astype(np.float64))
+    ulp = np.spacing(ref.astype(np.float32)).astype(np.float64)
+    assert np.max(np.abs(out - ref) / ulp) <= 1.0
+    special = np.array([0, -np.inf, np.inf, np.nan, -150, 100], np.float32)
+    got = np.empty_like(special)
+    run(special, got)
+    assert got[0] == 1 and got[1] == 0 and np.isposinf(got[2]) and np.isnan(got[3])
+    assert got[4] == 0 and np.isposinf(got[5])
+
+
+# ---------------------------------------------------------------------------
+# logsumexp reductions, shapes, empty arrays
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("axes", [(1, 2), (0, 2), (0, 1, 2), (0,), ()])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_logsumexp_axes(axes, keepdims):
+    x = (np.random.default_rng(9).standard_normal((5, 6, 70)) * 3).astype(np.float32)
+    for xv in (x, x.transpose(1, 2, 0), x[:, ::2]):
+        r = CPU.logsumexp(xv, axes, keepdims)
+        ref = REF.logsumexp(xv, axes, keepdims)
+        assert r.shape == ref.shape and r.dtype == xv.dtype
+        # 1 ulp: float32 terms; the strict (vs PyTorch) bound is tested above
+        assert err_eps(r, ref, F32) <= 1.0
+
+
+def test_size_zero_and_zero_length_axis():
+    x = np.zeros((3, 0), np.float32)
+    assert _fwd("log_softmax", x, 1).shape == (3, 0)
+    assert CPU.log_softmax_backward(x, x, 0, None, np.dtype(F32)).shape == (3, 0)
+    r = CPU.logsumexp(x, (1,), False)
+    assert r.shape == (3,) and np.all(np.isneginf(r))
+    assert CPU.logsumexp(x, (0,), True).shape == (1, 0)
+
+
+# ---------------------------------------------------------------------------
+# lazy compilation and vectorisation
+# ---------------------------------------------------------------------------
+def test_import_compiles_nothing():
+    code = (
+        "import logsoftmax\n"
+        "from logsoftmax.backends.cpu import CpuBackend, kernels as k\n"
+        "fns = [getattr(k, n) for n in k.__all__ if n != 'CHUNK']\n"
+        "assert all(not f.overloads for f in fns), 'compiled at import'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_hot_loops_vectorise():
+    flags = open("/proc/cpuinfo").read() if sys.platform == "linux" else ""
+    if " avx2" not in flags and " avx512f" not in flags:
+        pytest.skip("no AVX2/AVX-512 here")
+    from logsoftmax.backends.cpu import kernels
+
+    # a fresh (uncached) compile, so that inspect_asm has the assembly
+    stats = numba.njit(error_model="numpy")(kernels._chunk_stats.py_func)
+    x = np.random.default_rng(10).standard_normal(4096).astype(np.float32)
+    stats(x, np.empty(4096, np.float32))
+    asm = next(iter(stats.inspect_asm().values()))
+    assert "vmaxps" in asm  # the maxnum reduction
+    assert "ymm" in asm or "zmm" in asm  # the exp loop
+    assert "expf" not in asm  # no scalar libm exp calls
