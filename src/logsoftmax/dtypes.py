@@ -29,6 +29,7 @@ __all__ = [
     "eps",
     "name_of",
     "from_name",
+    "round_to",
 ]
 
 float32 = np.dtype(np.float32)
@@ -75,7 +76,7 @@ def check_supported(dtype, fn: str, arg: str) -> np.dtype:
         dt = np.dtype(dtype)
     except TypeError:
         dt = None
-    if dt not in SUPPORTED:
+    if dt is None or dt not in SUPPORTED:  # np.dtype(None) would be float64
         raise TypeError(
             f"{fn}: {arg}={dtype!r} is not a supported dtype; expected one of "
             "float32, bfloat16, float16, float64"
@@ -101,3 +102,27 @@ def from_name(name: str) -> np.dtype:
         raise ValueError(
             f"unknown data type {name!r}; expected one of f32, bf16, f16, f64"
         ) from None
+
+
+def round_to(value, dtype) -> np.ndarray:
+    """Round a float64 (or long double) array to ``dtype`` once, to nearest even.
+
+    numpy and ml_dtypes convert float64 to bfloat16 through float32, which
+    rounds twice (``1 + 2**-8 + 2**-30`` becomes 1.0 instead of 1.0078125).
+    Rounding to float32 *to odd* first (truncate, then set the last bit if
+    anything was lost) makes the second rounding exact, because float32 keeps
+    more than bfloat16's 8 + 2 significant bits.
+    """
+    value = np.asarray(value)
+    dtype = np.dtype(dtype)
+    if dtype != bfloat16:
+        return value.astype(dtype)
+    wide = value.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        f32 = wide.astype(np.float32)
+        inexact = np.isfinite(f32) & (f32.astype(np.float64) != wide)
+        away = inexact & (np.abs(f32.astype(np.float64)) > np.abs(wide))
+    bits = f32.view(np.uint32).copy()
+    bits[away] -= 1  # one ulp towards zero: the truncated value
+    bits[inexact] |= 1  # sticky bit: round to odd
+    return bits.view(np.float32).astype(bfloat16)

@@ -135,21 +135,21 @@ def _load_class(name: str):
 
 def backends() -> list[str]:
     """Names of the backends that can run here (their extras are installed)."""
-    names = []
-    for name in _REGISTRY:
-        try:
-            cls = _load_class(name)
-        except ImportError:
-            continue
-        if cls is not None and cls.available():
-            names.append(name)
-    return names
+    return [name for name in _REGISTRY if _is_available(name)]
+
+
+def _is_available(name: str) -> bool:
+    try:
+        cls = _load_class(name)
+        return cls is not None and bool(cls.available())
+    except Exception:  # a broken optional backend must not break the others
+        return False
 
 
 def _check_name(name) -> None:
     if name in _INSTANCES:
         return
-    if name not in _REGISTRY or name not in backends():
+    if not isinstance(name, str) or name not in _REGISTRY or not _is_available(name):
         raise ValueError(
             f"unknown backend {name!r}; available backends: {', '.join(backends())}"
         )

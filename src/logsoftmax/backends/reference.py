@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import dtypes
 from . import Backend
 
 __all__ = ["ReferenceBackend", "accumulation_dtype"]
@@ -25,17 +26,30 @@ def _finite_max(x, axis):
     return np.where(np.isfinite(m), m, 0)
 
 
+def _sum(a, axis):
+    """Sum over ``axis`` (int or tuple) with keepdims, in an order that does not
+    depend on the memory layout (numpy's pairwise summation only applies along
+    a contiguous axis, so sum a contiguous copy with the axes last)."""
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    last = tuple(range(a.ndim - len(axes), a.ndim))
+    moved = np.ascontiguousarray(np.moveaxis(a, axes, last))
+    kept = moved.shape[: a.ndim - len(axes)]
+    total = np.sum(moved.reshape(kept + (int(np.prod(moved.shape[len(kept):])),)), -1)
+    return np.expand_dims(total, axes)
+
+
 def _log_softmax(x, axis):
     # NaN/+inf/all--inf rows become NaN below; initial= lets zero-length rows through
     m = np.max(x, axis=axis, keepdims=True, initial=-np.inf)
     shifted = x - m
-    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+    return shifted - np.log(_sum(np.exp(shifted), axis))
 
 
 def _store(value, out, dtype):
+    rounded = dtypes.round_to(value, dtype)  # one rounding, then a copy
     if out is None:
-        return np.asarray(value).astype(dtype)
-    out[...] = np.asarray(value).astype(dtype)  # one rounding, then a copy
+        return rounded
+    out[...] = rounded
     return out
 
 
@@ -58,14 +72,14 @@ class ReferenceBackend(Backend):
         acc = accumulation_dtype(diff_dst.dtype)
         dd, y = diff_dst.astype(acc), dst.astype(acc)
         with np.errstate(all="ignore"):
-            dx = dd - np.exp(y) * np.sum(dd, axis=axis, keepdims=True)
+            dx = dd - np.exp(y) * _sum(dd, axis)
         return _store(dx, out, dtype)
 
     def softmax_backward(self, diff_dst, dst, axis, out, dtype):
         acc = accumulation_dtype(diff_dst.dtype)
         dd, y = diff_dst.astype(acc), dst.astype(acc)
         with np.errstate(all="ignore"):
-            dx = y * (dd - np.sum(dd * y, axis=axis, keepdims=True))
+            dx = y * (dd - _sum(dd * y, axis))
         return _store(dx, out, dtype)
 
     def logsumexp(self, x, axes, keepdims):
@@ -76,7 +90,7 @@ class ReferenceBackend(Backend):
         else:
             with np.errstate(all="ignore"):
                 m = _finite_max(xf, axes)
-                r = m + np.log(np.sum(np.exp(xf - m), axis=axes, keepdims=True))
+                r = m + np.log(_sum(np.exp(xf - m), axes))
         if not keepdims:
             r = r.reshape([n for i, n in enumerate(r.shape) if i not in axes])
-        return np.asarray(r).astype(x.dtype)
+        return dtypes.round_to(r, x.dtype)

@@ -67,6 +67,15 @@ def _usable(a: np.ndarray) -> np.ndarray:
     return a if strides_ok(a) else np.ascontiguousarray(a)
 
 
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Exactly the same memory, strides and dtype (the API's "in place")."""
+    return a is b or (
+        a.dtype == b.dtype
+        and a.strides == b.strides
+        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+    )
+
+
 def _round_from_f64(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Round float64 ``v`` once to ``dtype`` (float32 round-to-odd first for
     bf16/f16, so the two steps make one correct rounding)."""
@@ -115,7 +124,7 @@ class CpuBackend(Backend):
             elif _split(n1 * n2, n):
                 k.fwd_rows_split(xb, xg, ob, og, n1, n2, n, op)
             else:
-                k.fwd_rows(xb, xg, ob, og, n1, n2, n, op)
+                k.fwd_rows(xb, xg, ob, og, n1, n2, n, op, int(_same(x, target)))
         if target is not result:
             result[...] = target
         return result
@@ -144,7 +153,8 @@ class CpuBackend(Backend):
             elif _split(n1 * n2, n):
                 k.bwd_rows_split(db, dg, yb, yg, ob, og, n1, n2, n, op)
             else:
-                k.bwd_rows(db, dg, yb, yg, ob, og, n1, n2, n, op)
+                ip = 1 if _same(diff_dst, target) else 2 if _same(dst, target) else 0
+                k.bwd_rows(db, dg, yb, yg, ob, og, n1, n2, n, op, ip)
         if target is not result:
             result[...] = target
         return result

@@ -289,6 +289,57 @@ def _fwd_write(xs, os, m, s, op):
 
 
 @njit(**_KW)
+def _fwd_write_ip(xs, m, s, op):
+    """:func:`_fwd_write` into ``xs`` itself (in place). A separate loop on one
+    array: with two arguments that alias, LLVM's runtime overlap check sends
+    the loop to its scalar version (in place ran at 2x the time)."""
+    n = xs.shape[0]
+    if op == 0:
+        if wide_store(xs, xs):
+            ls64 = math.log(s)
+            m64 = np.float64(m)
+            for k in range(n):
+                store(xs, k, (_f64(xs, k) - m64) - ls64)
+        else:
+            ls = to_compute(xs, math.log(s))
+            for k in range(n):
+                store(xs, k, (load(xs, k) - m) - ls)
+    else:
+        inv = to_compute(xs, 1.0 / s)
+        for k in range(n):
+            store(xs, k, exp_c(load(xs, k) - m) * inv)
+
+
+@njit(**_KW)
+def _bwd_write_ip(ds, ys, s, op, into_dst):
+    """:func:`_bwd_write` in place: into ``ds`` (``into_dst`` False) or ``ys``."""
+    n = ds.shape[0]
+    sc = to_compute(ds, s)
+    if not into_dst:
+        if op == 0:
+            if wide_store(ds, ds):
+                for k in range(n):
+                    store(ds, k, _f64(ds, k) - exp64(_f64(ys, k)) * s)
+            else:
+                for k in range(n):
+                    store(ds, k, load(ds, k) - exp_c(load(ys, k)) * sc)
+        else:
+            for k in range(n):
+                store(ds, k, load(ys, k) * (load(ds, k) - sc))
+    else:
+        if op == 0:
+            if wide_store(ds, ys):
+                for k in range(n):
+                    store(ys, k, _f64(ds, k) - exp64(_f64(ys, k)) * s)
+            else:
+                for k in range(n):
+                    store(ys, k, load(ds, k) - exp_c(load(ys, k)) * sc)
+        else:
+            for k in range(n):
+                store(ys, k, load(ys, k) * (load(ds, k) - sc))
+
+
+@njit(**_KW)
 def _bwd_write(ds, ys, os, s, op):
     """Pass 2 of the backward. For a float32 input stored as float32/float64,
     log_softmax's ``dd - exp(y) * S`` runs in float64 (:func:`exp64`) and is
@@ -363,8 +414,9 @@ def _task_rows(task, ntask, rows):
 
 
 @njit(**_PKW)
-def fwd_rows(xb, xg, ob, og, n1, n2, n, op):
-    """Forward over rows, one row per iteration (see module docstring)."""
+def fwd_rows(xb, xg, ob, og, n1, n2, n, op, ip):
+    """Forward over rows, one row per iteration (see module docstring);
+    ``ip``: ``ob`` is ``xb`` with the same geometry (in place)."""
     rows = n1 * n2
     ntask = min(rows, 256)
     for task in prange(ntask):
@@ -376,8 +428,13 @@ def fwd_rows(xb, xg, ob, og, n1, n2, n, op):
             oo = _row_off(og, r, n2)
             xs = _row(xb, xg, xo, n, xst)
             m, s = _row_stats(xs, t)
-            _fwd_write(xs, _dst(ob, og, oo, n, ost), m, s, op)
-            _flush(ob, og, oo, n, ost)
+            if ip:
+                _fwd_write_ip(xs, m, s, op)
+                if xg[3] != 1:
+                    _scatter(xs, xb, xo, n, xg[3])
+            else:
+                _fwd_write(xs, _dst(ob, og, oo, n, ost), m, s, op)
+                _flush(ob, og, oo, n, ost)
 
 
 @njit(**_PKW)
@@ -396,8 +453,9 @@ def lse_rows(xb, xg, rb, rg, n1, n2, n):
 
 
 @njit(**_PKW)
-def bwd_rows(db, dg, yb, yg, ob, og, n1, n2, n, op):
-    """Backward over rows: log_softmax (op 0) or softmax (op 1)."""
+def bwd_rows(db, dg, yb, yg, ob, og, n1, n2, n, op, ip):
+    """Backward over rows: log_softmax (op 0) or softmax (op 1); ``ip``:
+    0 = out of place, 1 = ``ob`` is ``db`` (in place), 2 = ``ob`` is ``yb``."""
     rows = n1 * n2
     ntask = min(rows, 256)
     for task in prange(ntask):
@@ -412,8 +470,17 @@ def bwd_rows(db, dg, yb, yg, ob, og, n1, n2, n, op):
             ds = _row(db, dg, do, n, dst_)
             ys = _row(yb, yg, yo, n, yst)
             s = _bwd_row_sum(ds, ys, t, op)
-            _bwd_write(ds, ys, _dst(ob, og, oo, n, ost), s, op)
-            _flush(ob, og, oo, n, ost)
+            if ip == 1:
+                _bwd_write_ip(ds, ys, s, op, False)
+                if dg[3] != 1:
+                    _scatter(ds, db, do, n, dg[3])
+            elif ip == 2:
+                _bwd_write_ip(ds, ys, s, op, True)
+                if yg[3] != 1:
+                    _scatter(ys, yb, yo, n, yg[3])
+            else:
+                _bwd_write(ds, ys, _dst(ob, og, oo, n, ost), s, op)
+                _flush(ob, og, oo, n, ost)
 
 
 # ---------------------------------------------------------------------------
