@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # 2 workers for the 2-core machine; override with `make test PYTEST_ARGS=...`
 PYTEST_ARGS ?= -n 2
 
-.PHONY: demo test test-slow test-all bench clean
+.PHONY: demo test test-slow test-all bench bench-all gpu-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,16 @@ test-all: test test-slow
 ## bench: the full CPU benchmark; writes docs/performance.md's table and plot
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_cpu.py
+
+## bench-all: every benchmark script (CPU, autograd, graph, dask); slow
+bench-all: bench
+	$(BIN)/python benchmarks/bench_autograd.py
+	$(BIN)/python benchmarks/bench_graph.py
+	$(BIN)/python benchmarks/bench_dask.py
+
+## gpu-check: on a machine with an NVIDIA GPU, the CUDA tests and benchmark (results under $$OUT)
+gpu-check: $(VENV)/.installed-test
+	OUT=$${OUT:-gpu-results} bash benchmarks/gpu_check.sh
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache

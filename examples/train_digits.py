@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
-        "--plot", type=Path, default=DEFAULT_PLOT, help="PNG path ('' = none)"
+        "--plot", default=str(DEFAULT_PLOT), help="PNG path ('' = none)"
     )
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--threads", type=int, default=1,
@@ -237,9 +237,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: test accuracy {acc:.2%} (target {target:.0%}) after {epochs} "
               f"epochs, {time.perf_counter() - t0:.1f} s"
               + ("" if acc >= target else "  <-- BELOW TARGET"))
-    if str(args.plot):
+    if args.plot:  # a str: Path("") would be "." and save to ".png"
         try:
-            plot(histories, args.plot)
+            plot(histories, Path(args.plot))
             print(f"plot saved to {args.plot}")
         except ImportError:
             print("matplotlib not installed; no plot")

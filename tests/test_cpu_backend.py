@@ -281,8 +281,10 @@ def test_peak_extra_memory_is_output_only():
         fn()
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        # O(rows) slack: partials, scratch and numba's per-call bookkeeping
-        assert peak <= expected + 4 * x.shape[0] * 64 + 2**20, (name, peak)
+        # O(rows) slack (partials, numba's per-call bookkeeping) plus the
+        # tile kernels' per-thread scratch (<= 1 MiB of terms + staging)
+        slack = 4 * x.shape[0] * 64 + 2**20 + numba.get_num_threads() * 2**21
+        assert peak <= expected + slack, (name, peak)
 
 
 # ---------------------------------------------------------------------------

@@ -36,12 +36,14 @@ import math
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import carray, njit, types
 from numba.core.errors import TypingError
 from numba.extending import intrinsic, overload
 
 __all__ = [
     "maxnum",
+    "view",
+    "elem_ptr",
     "fma",
     "exp32",
     "exp64",
@@ -49,7 +51,6 @@ __all__ = [
     "load",
     "store",
     "neg_inf",
-    "compute_zero",
     "scratch",
     "f32_bits",
     "bits_f32",
@@ -104,6 +105,34 @@ def fma(typingctx, a, b, c):
         return builder.call(fn, args)
 
     return sig, codegen
+
+
+@intrinsic
+def elem_ptr(typingctx, arr, idx):
+    """Pointer to element ``idx`` of a 1-D array (no bounds or sign checks)."""
+    if not isinstance(arr, types.Array) or not isinstance(idx, types.Integer):
+        raise TypingError("elem_ptr: expected (array, integer)")
+    sig = types.CPointer(arr.dtype)(arr, idx)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        return builder.gep(ary.data, [args[1]])
+
+    return sig, codegen
+
+
+@njit
+def view(buf, off, n):
+    """``buf[off:off + n]`` as an array *without* a reference-counted owner.
+
+    A numba slice shares (and atomically increfs/decrefs) the parent's
+    meminfo; with two threads slicing rows of the same buffer that cache
+    line bounced between cores on every row -- ~250 ns per row at n = 112
+    (perf02: 57 ms vs PyTorch's 14). A ``carray`` over the element pointer
+    has no meminfo, so no atomics. Valid while ``buf`` is alive (the
+    caller's frame holds it).
+    """
+    return carray(elem_ptr(buf, off), (n,))
 
 
 @intrinsic
@@ -399,18 +428,6 @@ def _neg_inf_ol(buf):
     if buf.dtype == _F64:
         return lambda buf: -np.inf
     return lambda buf: _NINF32
-
-
-def compute_zero(buf):
-    """``0`` in the compute type of ``buf``."""
-    raise NotImplementedError  # pragma: no cover
-
-
-@overload(compute_zero)
-def _compute_zero_ol(buf):
-    if buf.dtype == _F64:
-        return lambda buf: 0.0
-    return lambda buf: _ZERO
 
 
 def scratch(buf, n):
