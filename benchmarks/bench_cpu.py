@@ -145,7 +145,8 @@ def run_problem(p: Problem, repeat: int, torch) -> dict:
             to = _torch_view(torch, out, p.order)
             if sdt == ddt:
                 fns["torch alloc"] = lambda: torch.log_softmax(tx, p.axis)
-                fns["torch out="] = lambda: torch._log_softmax(tx, p.axis, False, out=to)
+                lsm = torch._log_softmax
+                fns["torch out="] = lambda: lsm(tx, p.axis, False, out=to)
             else:
                 # torch's mixed path: half_to_float only goes bf16/f16 -> f32
                 tdt = {np.dtype(ml_dtypes.bfloat16): torch.bfloat16,
@@ -184,7 +185,9 @@ def row_cells(r: dict) -> list[str]:
     ms = lambda k: f"{t[k] * 1e3:.1f}" if k in t else "-"  # noqa: E731
     gbs = nb / t["ours out="] / 1e9
     pct = t["copy"] / t["ours out="] * 100
-    ratio = lambda a, b: f"{t[a] / t[b]:.2f}x" if a in t and b in t else "-"  # noqa: E731
+    def ratio(a, b):
+        return f"{t[a] / t[b]:.2f}x" if a in t and b in t else "-"
+
     return [
         r["problem"].label(),
         ms("ours out="),
@@ -260,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", default=None, help="comma list of problem ids")
     ap.add_argument(
-        "--no-write", action="store_true", help="don't update docs/ (--quick never does)"
+        "--no-write", action="store_true", help="don't update docs/ (--quick doesn't)"
     )
     args = ap.parse_args(argv)
     if args.quick and args.repeat == 5:
@@ -306,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     doc = [
         "#### Measured (written by `benchmarks/bench_cpu.py`)",
         "",
-        f"Command: `{cmd.strip()}` ({time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, "
+        f"Command: `{cmd.strip()}` ({time.strftime('%Y-%m-%d')}, "
+        f"{platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores, {args.threads} threads, numba "
         f"{numba.__version__}, torch {torch.__version__ if torch else '-'}; "
         f"medians of {args.repeat} interleaved runs; the machine was shared, so "

@@ -90,7 +90,8 @@ def _round_from_f64(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
         away = np.abs(f.astype(np.float64)) > np.abs(v)
         bits = np.where(inexact, (bits - away.astype(np.int32)) | 1, bits)
         over = np.isinf(f) & np.isfinite(v)
-        f = np.where(over, np.copysign(np.float32(3.4028235e38), v), bits.view(np.float32))
+        flt_max = np.copysign(np.float32(3.4028235e38), v)
+        f = np.where(over, flt_max, bits.view(np.float32))
     return f.astype(dtype)
 
 

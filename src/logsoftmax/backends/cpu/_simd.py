@@ -244,7 +244,8 @@ def exp32(x):
     """float32 ``e**x``, within 1 ulp, vectorisable; NaN -> NaN, -inf -> 0.
 
     ``n = round(x / ln 2)``, ``r = x - n ln 2`` (two-part ln 2, fused
-    multiply-adds), ``e**r`` by the Cephes polynomial in FMA Horner form, then ``2**n`` applied as
+    multiply-adds), ``e**r`` by the Cephes polynomial in FMA Horner form,
+    then ``2**n`` applied as
     two exponent-bit scalings ``2**(n//2) * 2**(n - n//2)`` so subnormal
     results stay graded. ``e**0`` is exactly 1.
     """

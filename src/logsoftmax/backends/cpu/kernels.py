@@ -163,32 +163,6 @@ def _top(n):
 
 
 @njit(**_KW)
-def _row_max(seg, t):
-    """Exact max of ``seg`` (NaN ignored), 16 lanes kept in ``t[:16]``.
-
-    LLVM's own vectorisation of ``m = maxnum(m, x)`` runs 64 elements per
-    iteration and leaves up to 63 to a scalar loop with NaN checks: at
-    n = 112 that tail was most of the row's cost. Explicit 16-element blocks
-    leave at most 15. The max is exact, so the order does not matter.
-    """
-    n = seg.shape[0]
-    acc = t[:16]
-    for lane in range(16):
-        acc[lane] = neg_inf(seg)
-    nb = n // 16
-    for b in range(nb):
-        blk = seg[b * 16 : b * 16 + 16]
-        for lane in range(16):
-            acc[lane] = maxnum(acc[lane], load(blk, lane))
-    m = neg_inf(seg)
-    for lane in range(16):
-        m = maxnum(m, acc[lane])
-    for k in range(nb * 16, n):
-        m = maxnum(m, load(seg, k))
-    return m
-
-
-@njit(**_KW)
 def _chunk_stats(seg, t):
     """``(m_c, s_c)`` of one chunk: exact max, float64 of the tree-summed
     ``exp(x - m_c)``; an all--inf chunk gives ``(-inf, 0)`` or ``(-inf, nan)``.
@@ -198,7 +172,9 @@ def _chunk_stats(seg, t):
     saves one pass over the scratch (measured: ~0.05 ns/element).
     """
     n = seg.shape[0]
-    m = _row_max(seg, t)
+    m = neg_inf(seg)
+    for k in range(n):
+        m = maxnum(m, load(seg, k))
     if m == neg_inf(seg):
         return m, (np.nan if _has_nan(seg) else 0.0)
     if n == 1:
@@ -444,7 +420,7 @@ def fwd_rows(xb, xg, ob, og, n1, n2, n, op, ip):
     rows = n1 * n2
     ntask = min(rows, 256)
     for task in prange(ntask):
-        t = scratch(xb, max(16, min(n, CHUNK)))
+        t = scratch(xb, min(n, CHUNK))
         xst = _stage(xb, xg, n)
         ost = _stage(ob, og, n)
         for r in _task_rows(task, ntask, rows):
@@ -467,7 +443,7 @@ def lse_rows(xb, xg, rb, rg, n1, n2, n):
     rows = n1 * n2
     ntask = min(rows, 256)
     for task in prange(ntask):
-        t = scratch(xb, max(16, min(n, CHUNK)))
+        t = scratch(xb, min(n, CHUNK))
         xst = _stage(xb, xg, n)
         for r in _task_rows(task, ntask, rows):
             xo = _row_off(xg, r, n2)
@@ -856,7 +832,8 @@ def bwd_inner(db, dg, yb, yg, ob, og, n1, n2, n, ni, op, J):
             for k in range(cl):
                 pd = dbase + (c0 + k) * dsn
                 py = ybase + (c0 + k) * ysn
-                _col_copy(view(dt, pd, jn), view(yt, py, jn), t[k * J : k * J + jn], jn, op)
+                tr = t[k * J : k * J + jn]
+                _col_copy(view(dt, pd, jn), view(yt, py, jn), tr, jn, op)
             _tree_cols(t, cl, J, jn)
             for j in range(jn):
                 s[j] += t[j]
