@@ -77,6 +77,23 @@ def _self_overlaps(shape, strides) -> bool:
     return False
 
 
+
+def _op_error(cls, action: str, op, problem: str, is_out: bool | None, i: int):
+    """``cls("could not <action>: <op> [<port role>] <problem>")`` naming op and port."""
+    kw = {}
+    where = op.describe()
+    if is_out is not None:
+        port, role = op.port_role(is_out, i)
+        kw = {"port": port, "role": role}
+        where += f" {op.role(is_out, i)}"
+    return cls(
+        f"could not {action}: {where} {problem}",
+        op_id=op.id,
+        op_name=op.name,
+        op_kind=op.kind.value,
+        **kw,
+    )
+
 class Partition:
     """A group of ops the library compiles and executes as one unit
     (``dnnl::graph::partition``).
@@ -131,19 +148,8 @@ class Partition:
 
     # -- compile ------------------------------------------------------------
     def _error(self, problem: str, is_out: bool | None = None, i: int = 0):
-        op = self._op
-        kw = {}
-        where = op.describe()
-        if is_out is not None:
-            port, role = op.port_role(is_out, i)
-            kw = {"port": port, "role": role}
-            where += f" {op.role(is_out, i)}"
-        return CompileError(
-            f"could not compile partition {self._id}: {where} {problem}",
-            op_id=op.id,
-            op_name=op.name,
-            op_kind=op.kind.value,
-            **kw,
+        return _op_error(
+            CompileError, f"compile partition {self._id}", self._op, problem, is_out, i
         )
 
     def _match(self, given, ports, is_out: bool) -> list[LogicalTensor]:
@@ -405,19 +411,13 @@ class CompiledPartition:
         return self._axis
 
     def _error(self, problem: str, is_out: bool | None = None, i: int = 0):
-        op = self._op
-        kw = {}
-        where = op.describe()
-        if is_out is not None:
-            port, role = op.port_role(is_out, i)
-            kw = {"port": port, "role": role}
-            where += f" {op.role(is_out, i)}"
-        return ExecuteError(
-            f"could not execute compiled partition {self._pid}: {where} {problem}",
-            op_id=op.id,
-            op_name=op.name,
-            op_kind=op.kind.value,
-            **kw,
+        return _op_error(
+            ExecuteError,
+            f"execute compiled partition {self._pid}",
+            self._op,
+            problem,
+            is_out,
+            i,
         )
 
     def _views(self, tensors, ports, is_out: bool) -> list[np.ndarray]:

@@ -46,6 +46,19 @@ def _threads() -> int:
     return numba.get_num_threads()
 
 
+#: problems with fewer elements than this run the serial kernels (same bits).
+#: Measured (f32 forward, 2 threads, quiet machine; see docs/_perf_cpu.md):
+#: SERIAL_MAX_MEASUREMENT
+SERIAL_MAX = 1 << 16
+
+
+def _serial(size: int) -> bool:
+    """Run the serial kernel variant: small problems (waking numba's pool
+    costs more than the work, and spin-waits against OpenBLAS/torch pools
+    under load) or a single thread."""
+    return size < SERIAL_MAX or _threads() == 1
+
+
 def _split(rows: int, n: int) -> bool:
     """Spread a row's chunks over threads: few rows, each longer than two
     chunks. Only speed depends on this choice (the arithmetic is the same)."""
@@ -118,14 +131,17 @@ class CpuBackend(Backend):
         k = _kernels()
         p = plan([x, target], axis)
         n1, n2, n, ni = p.dims
+        ser = _serial(x.size)
         for xg, og in p.offsets():
             xb, ob = p.bufs
             if p.inner:
-                k.fwd_inner(xb, xg, ob, og, n1, n2, n, ni, op, _tile(n, ni))
-            elif _split(n1 * n2, n):
+                f = k.fwd_inner_serial if ser else k.fwd_inner
+                f(xb, xg, ob, og, n1, n2, n, ni, op, _tile(n, ni))
+            elif not ser and _split(n1 * n2, n):
                 k.fwd_rows_split(xb, xg, ob, og, n1, n2, n, op)
             else:
-                k.fwd_rows(xb, xg, ob, og, n1, n2, n, op, int(_same(x, target)))
+                f = k.fwd_rows_serial if ser else k.fwd_rows
+                f(xb, xg, ob, og, n1, n2, n, op, int(_same(x, target)))
         if target is not result:
             result[...] = target
         return result
@@ -148,14 +164,17 @@ class CpuBackend(Backend):
         p = plan([diff_dst, dst, target], axis)
         n1, n2, n, ni = p.dims
         db, yb, ob = p.bufs
+        ser = _serial(diff_dst.size)
         for dg, yg, og in p.offsets():
             if p.inner:
-                k.bwd_inner(db, dg, yb, yg, ob, og, n1, n2, n, ni, op, _tile(n, ni))
-            elif _split(n1 * n2, n):
+                f = k.bwd_inner_serial if ser else k.bwd_inner
+                f(db, dg, yb, yg, ob, og, n1, n2, n, ni, op, _tile(n, ni))
+            elif not ser and _split(n1 * n2, n):
                 k.bwd_rows_split(db, dg, yb, yg, ob, og, n1, n2, n, op)
             else:
                 ip = 1 if _same(diff_dst, target) else 2 if _same(dst, target) else 0
-                k.bwd_rows(db, dg, yb, yg, ob, og, n1, n2, n, op, ip)
+                f = k.bwd_rows_serial if ser else k.bwd_rows
+                f(db, dg, yb, yg, ob, og, n1, n2, n, op, ip)
         if target is not result:
             result[...] = target
         return result
@@ -192,13 +211,16 @@ class CpuBackend(Backend):
             p = plan([xv, rv], ax)
             n1, n2, n, ni = p.dims
             xb, rb = p.bufs
+            ser = _serial(xv.size)
             for xg, rg in p.offsets():
                 if p.inner:
-                    k.lse_inner(xb, xg, rb, rg, n1, n2, n, ni, _tile(n, ni))
-                elif _split(n1 * n2, n):
+                    f = k.lse_inner_serial if ser else k.lse_inner
+                    f(xb, xg, rb, rg, n1, n2, n, ni, _tile(n, ni))
+                elif not ser and _split(n1 * n2, n):
                     k.lse_rows_split(xb, xg, rb, rg, n1, n2, n)
                 else:
-                    k.lse_rows(xb, xg, rb, rg, n1, n2, n)
+                    f = k.lse_rows_serial if ser else k.lse_rows
+                    f(xb, xg, rb, rg, n1, n2, n)
             res = res.reshape(keep_shape)
         r = _round_from_f64(res, x.dtype)
         if not keepdims:

@@ -54,6 +54,11 @@ __all__ = [
     "scratch",
     "f32_bits",
     "bits_f32",
+    "two_sum",
+    "acc_dd",
+    "add_dd",
+    "exp_dd",
+    "log_dd",
 ]
 
 _F32 = types.float32
@@ -441,3 +446,82 @@ def _scratch_ol(buf, n):
     if buf.dtype == _F64:
         return lambda buf, n: np.empty(n, np.float64)
     return lambda buf, n: np.empty(n, np.float32)
+
+
+# ---------------------------------------------------------------------------
+# double-double helpers (float64 accuracy beyond one rounding)
+# ---------------------------------------------------------------------------
+@njit
+def two_sum(a, b):
+    """``(s, e)`` with ``s = fl(a + b)`` and ``s + e == a + b`` exactly (Knuth)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+@njit
+def acc_dd(hi, lo, v):
+    """Add ``v`` to the compensated sum ``(hi, lo)``: ``hi`` is the plain running
+    sum, ``lo`` collects every addition's exact rounding error."""
+    s, e = two_sum(hi, v)
+    return s, lo + e
+
+
+@njit
+def add_dd(ah, al, bh, bl):
+    """``(ah + al) + (bh + bl)`` as a normalised double-double."""
+    s, e = two_sum(ah, bh)
+    e += al + bl
+    h = s + e
+    return h, e - (h - s)
+
+
+_LN2_HI64 = 6.93147180369123816490e-01  # 32 trailing zero bits: k * hi is exact
+_LN2_LO64 = 1.90821492927058770002e-10
+# 1/k!, k = 17..3, for the tail r**3 * P(r) of exp(r), |r| <= ln2/2
+_TAIL = tuple(1.0 / math.factorial(k) for k in range(17, 2, -1))
+
+
+@njit
+def exp_dd(a):
+    """``e**a`` as a double-double ``(hi, lo)``, relative error ~2**-58, for
+    ``0 <= a <= 700`` (the log of a row sum; no special values).
+
+    ``a = k ln2 + r`` with ``r`` kept as a double-double (``k * ln2_hi`` is
+    exact and its subtraction is exact by Sterbenz), ``e**r = 1 + r + r**2/2
+    + r**3 P(r)`` with the first three terms summed error-free and the tail
+    (< 0.0075) in plain float64, then the exact scaling by ``2**k``.
+    """
+    kf = np.float64(math.floor(a * _LOG2E64 + 0.5))
+    r0 = a - kf * _LN2_HI64
+    p = kf * _LN2_LO64
+    pe = fma(kf, _LN2_LO64, -p)
+    r, re = two_sum(r0, -p)
+    re -= pe
+    q = _TAIL[0]
+    for c in _TAIL[1:]:
+        q = fma(q, r, c)
+    q *= r * r * r
+    sq = r * r
+    sqe = fma(r, r, -sq)
+    a1, e1 = two_sum(1.0, r)
+    a2, e2 = two_sum(a1, 0.5 * sq)
+    lo = e1 + e2 + 0.5 * sqe + q + re * a2
+    hi = a2 + lo
+    lo = lo - (hi - a2)
+    scale = bits_f64((np.int64(kf) + 1023) << 52)
+    return hi * scale, lo * scale
+
+
+@njit
+def log_dd(s, lo):
+    """``log(s + lo)`` as a double-double ``(hi, lo)``, absolute error ~2**-57
+    for ``s >= 1`` (a row sum of ``exp(x - max)``): ``math.log`` then one
+    Newton step ``L += (s - e**L) / e**L`` with ``e**L`` from :func:`exp_dd`.
+    ``s`` NaN, 0 or +inf give ``(log(s), 0)``."""
+    h = math.log(s)
+    if not (s >= 1.0 and s < np.inf):
+        return h, 0.0
+    eh, el = exp_dd(h)
+    d = (s - eh) + (lo - el)  # s - eh is exact (Sterbenz: they are 1 ulp apart)
+    return h, d / eh

@@ -50,25 +50,46 @@ chunk order, so split and unsplit give the same bits).
 from __future__ import annotations
 
 import math
+import types as pytypes
 
 import numpy as np
 from numba import njit, prange, types
 from numba.core.errors import TypingError
 from numba.extending import overload
 
-from ._simd import exp64, exp_c, load, maxnum, neg_inf, scratch, store, view
+from ._simd import (
+    acc_dd,
+    add_dd,
+    exp32,
+    exp64,
+    exp_c,
+    load,
+    log_dd,
+    maxnum,
+    neg_inf,
+    scratch,
+    store,
+    two_sum,
+    view,
+)
 
 __all__ = [
     "CHUNK",
     "fwd_rows",
+    "fwd_rows_serial",
     "fwd_rows_split",
     "fwd_inner",
+    "fwd_inner_serial",
     "lse_rows",
+    "lse_rows_serial",
     "lse_rows_split",
     "lse_inner",
+    "lse_inner_serial",
     "bwd_rows",
+    "bwd_rows_serial",
     "bwd_rows_split",
     "bwd_inner",
+    "bwd_inner_serial",
 ]
 
 #: elements per chunk: a chunk of f32 (16 KiB) and its terms (16 KiB) fill
@@ -79,6 +100,26 @@ _GROUP = 8
 
 _KW = dict(cache=True, error_model="numpy")
 _PKW = dict(cache=True, error_model="numpy", parallel=True)
+
+
+def _parallel_and_serial(fn):
+    """Compile ``fn`` twice: the returned ``parallel=True`` kernel, and a serial
+    copy published in this module as ``<name>_serial`` (``prange`` is then a
+    plain ``range``). Both run the same per-row arithmetic, so they give the
+    same bits; the serial one is for small problems, where waking numba's
+    thread pool (which spin-waits against OpenBLAS's/torch's pools) cost
+    0.5-20 ms for a 64x10 log_softmax under load. The copy gets its own
+    ``__qualname__``: numba's on-disk cache is keyed by qualname and
+    bytecode, not by the ``parallel`` flag, so the two would otherwise load
+    each other's machine code."""
+    name = fn.__name__ + "_serial"
+    ser = pytypes.FunctionType(
+        fn.__code__, fn.__globals__, name, fn.__defaults__, fn.__closure__
+    )
+    ser.__qualname__ = fn.__qualname__ + "_serial"
+    ser.__doc__ = f"Serial variant of :func:`{fn.__name__}` (same bits)."
+    fn.__globals__[name] = njit(**_KW)(ser)
+    return njit(**_PKW)(fn)
 
 
 def to_compute(buf, v):
@@ -93,6 +134,35 @@ def _to_compute_ol(buf, v):
     if buf.dtype in (types.float32, types.uint16, types.int16):
         return lambda buf, v: np.float32(v)
     raise TypingError(f"to_compute: unsupported buffer dtype {buf.dtype}")
+
+
+def is_f64(buf):
+    """True (a compile-time constant) when ``buf`` computes in float64."""
+    raise NotImplementedError  # pragma: no cover
+
+
+@overload(is_f64)
+def _is_f64_ol(buf):
+    f64 = buf.dtype == types.float64
+    return lambda buf: f64
+
+
+def term(x, m, t):
+    """One exponential term ``e**(x - m)`` of a row sum, stored into ``t``:
+    float64 input -> ``math.exp``; float32 compute with a float64 ``t`` (the
+    logsumexp path) -> :func:`exp64` of the exact float64 difference, so the
+    sum is ~2**-31 accurate instead of 1 float32 ulp per term; else
+    :func:`exp32`."""
+    raise NotImplementedError  # pragma: no cover
+
+
+@overload(term)
+def _term_ol(x, m, t):
+    if x == types.float64:
+        return lambda x, m, t: math.exp(x - m)
+    if t.dtype == types.float64:
+        return lambda x, m, t: exp64(np.float64(x) - np.float64(m))
+    return lambda x, m, t: exp32(x - m)
 
 
 # ---------------------------------------------------------------------------
@@ -164,49 +234,88 @@ def _top(n):
 
 @njit(**_KW)
 def _chunk_stats(seg, t):
-    """``(m_c, s_c)`` of one chunk: exact max, float64 of the tree-summed
-    ``exp(x - m_c)``; an all--inf chunk gives ``(-inf, 0)`` or ``(-inf, nan)``.
+    """``(m_c, s_c, l_c)`` of one chunk: exact max and the sum of
+    ``exp(x - m_c)`` as a float64 double-double ``s_c + l_c``; an all--inf
+    chunk gives ``(-inf, 0, 0)`` or ``(-inf, nan, 0)``.
 
-    The tree's first level is fused into the exp loop (``t[i] = e_i + e_{i+h}``),
-    which is the same arithmetic as :func:`_tree` on the stored terms and
-    saves one pass over the scratch (measured: ~0.05 ns/element).
+    float32 compute: the terms (:func:`term`: float32, or float64 when ``t``
+    is float64) are added by the pairwise tree, ``l_c = 0``; the tree's first
+    level is fused into the exp loop (``t[i] = e_i + e_{i+h}``), the same
+    arithmetic as :func:`_tree` on the stored terms, one pass fewer over the
+    scratch (measured: ~0.05 ns/element). float64: a sequential compensated
+    sum (every addition's rounding error collected in ``l_c``): the sum is
+    then exact to ~n * 2**-106, and a float64 result can be rounded once
+    from a log of it (the tree's few-ulp error cost up to 0.5 eps at n = 7).
     """
     n = seg.shape[0]
     m = neg_inf(seg)
     for k in range(n):
         m = maxnum(m, load(seg, k))
     if m == neg_inf(seg):
-        return m, (np.nan if _has_nan(seg) else 0.0)
+        return m, (np.nan if _has_nan(seg) else 0.0), 0.0
+    if is_f64(seg):
+        hi = 0.0
+        lo = 0.0
+        for k in range(n):
+            hi, lo = acc_dd(hi, lo, term(load(seg, k), m, t))
+        s = hi + lo
+        return m, s, lo - (s - hi)
     if n == 1:
-        return m, np.float64(exp_c(load(seg, 0) - m))
+        return m, np.float64(term(load(seg, 0), m, t)), 0.0
     h = _top(n)
     hi = seg[h:]
     for i in range(n - h):
-        t[i] = exp_c(load(seg, i) - m) + exp_c(load(hi, i) - m)
+        t[i] = term(load(seg, i), m, t) + term(load(hi, i), m, t)
     for i in range(n - h, h):
-        t[i] = exp_c(load(seg, i) - m)
-    return m, np.float64(_tree(t, h))
+        t[i] = term(load(seg, i), m, t)
+    return m, np.float64(_tree(t, h)), 0.0
 
 
 @njit
-def _merge(m, s, mc, sc):
-    """Online-softmax merge of chunk ``(mc, sc)`` into ``(m, s)``, float64."""
+def _merge(m, s, lo, mc, sc, lc):
+    """Online-softmax merge of chunk ``(mc, sc + lc)`` into ``(m, s + lo)``;
+    sums are float64 double-doubles."""
     if mc > m:
-        return mc, s * math.exp(np.float64(m) - np.float64(mc)) + sc
+        f = math.exp(np.float64(m) - np.float64(mc))
+        h, l = add_dd(s * f, lo * f, sc, lc)
+        return mc, h, l
     if mc == m:
-        return m, s + sc
-    return m, s + sc * math.exp(np.float64(mc) - np.float64(m))
+        h, l = add_dd(s, lo, sc, lc)
+        return m, h, l
+    f = math.exp(np.float64(mc) - np.float64(m))
+    h, l = add_dd(s, lo, sc * f, lc * f)
+    return m, h, l
 
 
 @njit(**_KW)
 def _row_stats(seg, t):
-    """``(m, s)`` of a whole row: chunk stats merged in chunk order."""
+    """``(m, s, lo)`` of a whole row: chunk stats merged in chunk order."""
     n = seg.shape[0]
-    m, s = _chunk_stats(seg[: min(n, CHUNK)], t)
+    m, s, lo = _chunk_stats(seg[: min(n, CHUNK)], t)
     for c0 in range(CHUNK, n, CHUNK):
-        mc, sc = _chunk_stats(seg[c0 : min(n, c0 + CHUNK)], t)
-        m, s = _merge(m, s, mc, sc)
-    return m, s
+        mc, sc, lc = _chunk_stats(seg[c0 : min(n, c0 + CHUNK)], t)
+        m, s, lo = _merge(m, s, lo, mc, sc, lc)
+    return m, s, lo
+
+
+@njit
+def _row_log(buf, s, lo):
+    """``log`` of a row sum: a double-double (:func:`log_dd`) for float64
+    compute (the float64 result is rounded once from it), else ``log(s)``."""
+    if is_f64(buf):
+        return log_dd(s, lo)
+    return math.log(s), 0.0
+
+
+@njit
+def _ls64(x, m, lh, ll):
+    """float64 ``(x - m) - (lh + ll)`` evaluated in double-double and rounded
+    once; special values (inf/NaN operands make the compensation NaN) take
+    the plain ``(x - m) - lh``."""
+    d, de = two_sum(x, -m)
+    y1, ye = two_sum(d, -lh)
+    y = y1 + ((ye + de) - ll)
+    return y if y == y else y1
 
 
 @njit
@@ -264,16 +373,23 @@ def _wide_store_ol(src, dst):
 
 
 @njit(**_KW)
-def _fwd_write(xs, os, m, s, op):
+def _fwd_write(xs, os, m, s, lo, op):
     """Pass 2 of the forward: log_softmax (op 0) or softmax (op 1).
 
     For a float32 input stored as float32/float64, log_softmax's
     ``(x - m) - log(s)`` is evaluated in float64 and rounded once (two
     float32 roundings left it at 1.49 eps for n=3 where PyTorch has 1.39).
+    float64: ``(x - m) - log(s)`` in double-double from a double-double
+    log, rounded once (:func:`_ls64`; plain float64 was 1.48 eps at n = 7
+    vs PyTorch's 1.27).
     """
     n = xs.shape[0]
     if op == 0:
-        if wide_store(xs, os):
+        if is_f64(xs):
+            lh, ll = _row_log(xs, s, lo)
+            for k in range(n):
+                store(os, k, _ls64(load(xs, k), m, lh, ll))
+        elif wide_store(xs, os):
             ls64 = math.log(s)
             m64 = np.float64(m)
             for k in range(n):
@@ -289,13 +405,17 @@ def _fwd_write(xs, os, m, s, op):
 
 
 @njit(**_KW)
-def _fwd_write_ip(xs, m, s, op):
+def _fwd_write_ip(xs, m, s, lo, op):
     """:func:`_fwd_write` into ``xs`` itself (in place). A separate loop on one
     array: with two arguments that alias, LLVM's runtime overlap check sends
     the loop to its scalar version (in place ran at 2x the time)."""
     n = xs.shape[0]
     if op == 0:
-        if wide_store(xs, xs):
+        if is_f64(xs):
+            lh, ll = _row_log(xs, s, lo)
+            for k in range(n):
+                store(xs, k, _ls64(load(xs, k), m, lh, ll))
+        elif wide_store(xs, xs):
             ls64 = math.log(s)
             m64 = np.float64(m)
             for k in range(n):
@@ -360,10 +480,21 @@ def _bwd_write(ds, ys, os, s, op):
 
 
 @njit(**_KW)
-def _lse_value(buf, off, n, step, m, s):
-    """float64 logsumexp from row stats; ``+inf`` rows are ``+inf`` unless NaN."""
+def _lse_value(buf, off, n, step, m, s, lo):
+    """float64 logsumexp from row stats; ``+inf`` rows are ``+inf`` unless NaN.
+
+    float64 input: ``m + log(s + lo)`` as a double-double rounded once
+    (~correctly rounded; plain ``m + log(s)`` was 0.372 eps at n = 32000 vs
+    PyTorch's 0.359). float32 compute: ``s`` is a float64 sum of float64
+    terms (:func:`term`), so ``m + log(s)`` in float64 is ~2**-31 accurate
+    and the float32 result is rounded once from it.
+    """
     if m == np.inf:
         return np.nan if _has_nan_strided(buf, off, n, step) else np.inf
+    if is_f64(buf) and m != -np.inf and s == s:
+        lh, ll = log_dd(s, lo)
+        r, e = two_sum(np.float64(m), lh)
+        return r + (e + ll)
     return np.float64(m) + math.log(s)
 
 
@@ -413,7 +544,7 @@ def _task_rows(task, ntask, rows):
     return range(task * rows // ntask, (task + 1) * rows // ntask)
 
 
-@njit(**_PKW)
+@_parallel_and_serial
 def fwd_rows(xb, xg, ob, og, n1, n2, n, op, ip):
     """Forward over rows, one row per iteration (see module docstring);
     ``ip``: ``ob`` is ``xb`` with the same geometry (in place)."""
@@ -427,32 +558,32 @@ def fwd_rows(xb, xg, ob, og, n1, n2, n, op, ip):
             xo = _row_off(xg, r, n2)
             oo = _row_off(og, r, n2)
             xs = _row(xb, xg, xo, n, xst)
-            m, s = _row_stats(xs, t)
+            m, s, lo = _row_stats(xs, t)
             if ip:
-                _fwd_write_ip(xs, m, s, op)
+                _fwd_write_ip(xs, m, s, lo, op)
                 if xg[3] != 1:
                     _scatter(xs, xb, xo, n, xg[3])
             else:
-                _fwd_write(xs, _dst(ob, og, oo, n, ost), m, s, op)
+                _fwd_write(xs, _dst(ob, og, oo, n, ost), m, s, lo, op)
                 _flush(ob, og, oo, n, ost)
 
 
-@njit(**_PKW)
+@_parallel_and_serial
 def lse_rows(xb, xg, rb, rg, n1, n2, n):
     """logsumexp of every row into float64 ``rb`` (geometry ``rg``)."""
     rows = n1 * n2
     ntask = min(rows, 256)
     for task in prange(ntask):
-        t = scratch(xb, min(n, CHUNK))
+        t = np.empty(min(n, CHUNK), np.float64)  # float64 terms: see term()
         xst = _stage(xb, xg, n)
         for r in _task_rows(task, ntask, rows):
             xo = _row_off(xg, r, n2)
             xs = _row(xb, xg, xo, n, xst)
-            m, s = _row_stats(xs, t)
-            rb[_row_off(rg, r, n2)] = _lse_value(xs, 0, n, 1, m, s)
+            m, s, lo = _row_stats(xs, t)
+            rb[_row_off(rg, r, n2)] = _lse_value(xs, 0, n, 1, m, s, lo)
 
 
-@njit(**_PKW)
+@_parallel_and_serial
 def bwd_rows(db, dg, yb, yg, ob, og, n1, n2, n, op, ip):
     """Backward over rows: log_softmax (op 0) or softmax (op 1); ``ip``:
     0 = out of place, 1 = ``ob`` is ``db`` (in place), 2 = ``ob`` is ``yb``."""
@@ -487,41 +618,49 @@ def bwd_rows(db, dg, yb, yg, ob, og, n1, n2, n, op, ip):
 # split rows: few long rows, chunks spread over threads
 # ---------------------------------------------------------------------------
 @njit(**_PKW)
-def _stats_split(xb, xg, n1, n2, n):
+def _stats_split(xb, xg, n1, n2, n, tp):
+    """Row stats ``(m, s, lo)`` with chunks spread over threads; the chunk
+    scratch is ``np.empty_like(tp)`` (its dtype selects the terms' type)."""
     rows = n1 * n2
     nch = (n + CHUNK - 1) // CHUNK
     ntk = (nch + _GROUP - 1) // _GROUP
     pm = np.empty(rows * nch, np.float64)
     ps = np.empty(rows * nch, np.float64)
+    pl = np.empty(rows * nch, np.float64)
     for it in prange(rows * ntk):
         r = it // ntk
         g0 = (it - r * ntk) * _GROUP
-        t = scratch(xb, CHUNK)
+        t = np.empty_like(tp)
         xst = _stage(xb, xg, CHUNK)
         o = _row_off(xg, r, n2)
         for c in range(g0, min(nch, g0 + _GROUP)):
             c0 = c * CHUNK
             ln = min(n, c0 + CHUNK) - c0
-            mc, sc = _chunk_stats(_row(xb, xg, o + c0 * xg[3], ln, xst), t)
+            mc, sc, lc = _chunk_stats(_row(xb, xg, o + c0 * xg[3], ln, xst), t)
             pm[r * nch + c] = mc
             ps[r * nch + c] = sc
+            pl[r * nch + c] = lc
     # merge in chunk order: the same sequence as _row_stats
     ms = np.empty(rows, np.float64)
     ss = np.empty(rows, np.float64)
+    ls = np.empty(rows, np.float64)
     for r in range(rows):
         m = to_compute(xb, pm[r * nch])
         s = ps[r * nch]
+        lo = pl[r * nch]
         for c in range(1, nch):
-            m, s = _merge(m, s, to_compute(xb, pm[r * nch + c]), ps[r * nch + c])
+            i = r * nch + c
+            m, s, lo = _merge(m, s, lo, to_compute(xb, pm[i]), ps[i], pl[i])
         ms[r] = m
         ss[r] = s
-    return ms, ss
+        ls[r] = lo
+    return ms, ss, ls
 
 
 @njit(**_PKW)
 def fwd_rows_split(xb, xg, ob, og, n1, n2, n, op):
     """Forward for few long rows: chunks of every row spread over threads."""
-    ms, ss = _stats_split(xb, xg, n1, n2, n)
+    ms, ss, ls = _stats_split(xb, xg, n1, n2, n, scratch(xb, CHUNK))
     rows = n1 * n2
     nch = (n + CHUNK - 1) // CHUNK
     for it in prange(rows * nch):
@@ -533,18 +672,19 @@ def fwd_rows_split(xb, xg, ob, og, n1, n2, n, op):
         xo = _row_off(xg, r, n2) + c0 * xg[3]
         oo = _row_off(og, r, n2) + c0 * og[3]
         xs = _row(xb, xg, xo, ln, xst)
-        _fwd_write(xs, _dst(ob, og, oo, ln, ost), to_compute(xb, ms[r]), ss[r], op)
+        m = to_compute(xb, ms[r])
+        _fwd_write(xs, _dst(ob, og, oo, ln, ost), m, ss[r], ls[r], op)
         _flush(ob, og, oo, ln, ost)
 
 
 @njit(**_KW)
 def lse_rows_split(xb, xg, rb, rg, n1, n2, n):
     """logsumexp for few long rows (chunks spread over threads)."""
-    ms, ss = _stats_split(xb, xg, n1, n2, n)
+    ms, ss, ls = _stats_split(xb, xg, n1, n2, n, np.empty(CHUNK, np.float64))
     for r in range(n1 * n2):
         m = to_compute(xb, ms[r])
         rb[_row_off(rg, r, n2)] = _lse_value(
-            xb, _row_off(xg, r, n2), n, xg[3], m, ss[r]
+            xb, _row_off(xg, r, n2), n, xg[3], m, ss[r], ls[r]
         )
 
 
@@ -673,8 +813,10 @@ def _tree_cols(t, cl, J, jn):
 
 
 @njit(**_KW)
-def _inner_stats(xb, base, sn, n, jn, J, t, mc, m, s):
-    """Per-column ``(m, s)`` of a unit-inner-stride tile (``j < jn``).
+def _inner_stats(xb, base, sn, n, jn, J, t, mc, m, s, sl):
+    """Per-column ``(m, s, sl)`` of a unit-inner-stride tile (``j < jn``): the
+    arithmetic of :func:`_row_stats` on every column (``t``: at least
+    ``max(2, min(n, CHUNK)) * J`` elements).
 
     Loops are written inline (no helper call per tile row): a call per row
     costs numba reference-count traffic on the sliced arrays, which at
@@ -689,36 +831,63 @@ def _inner_stats(xb, base, sn, n, jn, J, t, mc, m, s):
             xr = view(xb, p, jn)
             for j in range(jn):
                 mc[j] = maxnum(mc[j], load(xr, j))
-        # exp terms with the tree's first level fused in, as in _chunk_stats:
-        # row k holds e_k + e_{k+h} (k < cl - h) or e_k; then the tree on h rows
-        h = _top(cl) if cl > 1 else 1
-        for k in range(cl):
-            p = base + (c0 + k) * sn
-            xr = view(xb, p, jn)
-            tr = t[k * J : k * J + jn]
-            if k + h < cl:
-                p2 = p + h * sn
-                xr2 = view(xb, p2, jn)
+        if is_f64(xb):
+            # the compensated sum of _chunk_stats, per column; t >= 2J here
+            th = t[:jn]
+            tl = t[J : J + jn]
+            for j in range(jn):
+                th[j] = 0.0
+                tl[j] = 0.0
+            for k in range(cl):
+                xr = view(xb, base + (c0 + k) * sn, jn)
                 for j in range(jn):
-                    tr[j] = exp_c(load(xr, j) - mc[j]) + exp_c(load(xr2, j) - mc[j])
-            elif k < h or cl == 1:
-                for j in range(jn):
-                    tr[j] = exp_c(load(xr, j) - mc[j])
-            else:
-                break
-        if cl > 1:
-            _tree_cols(t, h, J, jn)
+                    th[j], tl[j] = acc_dd(th[j], tl[j], term(load(xr, j), mc[j], t))
+            for j in range(jn):
+                hs = th[j] + tl[j]
+                tl[j] = tl[j] - (hs - th[j])
+                th[j] = hs
+        else:
+            _inner_tree(xb, base, sn, c0, cl, jn, J, t, mc)
         for j in range(jn):
+            lc = 0.0
             if mc[j] == neg_inf(xb):
                 nan = _has_nan_strided(xb, base + c0 * sn + j, cl, sn)
                 sc = np.nan if nan else 0.0
             else:
                 sc = np.float64(t[j])
+                if is_f64(xb):
+                    lc = np.float64(t[J + j])
             if c0 == 0:
                 m[j] = mc[j]
                 s[j] = sc
+                sl[j] = lc
             else:
-                m[j], s[j] = _merge(m[j], s[j], mc[j], sc)
+                m[j], s[j], sl[j] = _merge(m[j], s[j], sl[j], mc[j], sc, lc)
+
+
+@njit(**_KW)
+def _inner_tree(xb, base, sn, c0, cl, jn, J, t, mc):
+    """The tree sum of :func:`_chunk_stats` on every column of a chunk of a
+    tile; column sums end in ``t[:jn]``."""
+    # exp terms with the tree's first level fused in, as in _chunk_stats:
+    # row k holds e_k + e_{k+h} (k < cl - h) or e_k; then the tree on h rows
+    h = _top(cl) if cl > 1 else 1
+    for k in range(cl):
+        p = base + (c0 + k) * sn
+        xr = view(xb, p, jn)
+        tr = t[k * J : k * J + jn]
+        if k + h < cl:
+            p2 = p + h * sn
+            xr2 = view(xb, p2, jn)
+            for j in range(jn):
+                tr[j] = term(load(xr, j), mc[j], t) + term(load(xr2, j), mc[j], t)
+        elif k < h or cl == 1:
+            for j in range(jn):
+                tr[j] = term(load(xr, j), mc[j], t)
+        else:
+            break
+    if cl > 1:
+        _tree_cols(t, h, J, jn)
 
 
 @njit
@@ -727,10 +896,13 @@ def _tiles(ni, J):
 
 
 @njit(**_KW)
-def _inner_fwd_row(xr, orow, m, f, lg, jn, op):
+def _inner_fwd_row(xr, orow, m, f, lg, ll, jn, op):
     """Pass 2 of the forward on a tile row; float64 as in :func:`_fwd_write`."""
     if op == 0:
-        if wide_store(xr, orow):
+        if is_f64(xr):
+            for j in range(jn):
+                store(orow, j, _ls64(load(xr, j), m[j], lg[j], ll[j]))
+        elif wide_store(xr, orow):
             for j in range(jn):
                 store(orow, j, (_f64(xr, j) - np.float64(m[j])) - lg[j])
         else:
@@ -741,7 +913,7 @@ def _inner_fwd_row(xr, orow, m, f, lg, jn, op):
             store(orow, j, exp_c(load(xr, j) - m[j]) * f[j])
 
 
-@njit(**_PKW)
+@_parallel_and_serial
 def fwd_inner(xb, xg, ob, og, n1, n2, n, ni, op, J):
     """Forward, reduction over a strided axis, vectorised across inner."""
     ntile = _tiles(ni, J)
@@ -751,28 +923,30 @@ def fwd_inner(xb, xg, ob, og, n1, n2, n, ni, op, J):
         jn = min(J, ni - j0)
         xo = _row_off(xg, o, n2) + j0 * xg[4]
         oo = _row_off(og, o, n2) + j0 * og[4]
-        t = scratch(xb, min(n, CHUNK) * J)
+        t = scratch(xb, max(2, min(n, CHUNK)) * J)
         mc = scratch(xb, J)
         m = scratch(xb, J)
         s = np.empty(J, np.float64)
+        sl = np.empty(J, np.float64)
         xst = _tile_stage(xb, xg, n, J)
         ost = _tile_stage(ob, og, n, J)
         xt, xbase, xsn = _tile_in(xb, xg, xo, n, jn, J, xst)
         ot, obase, osn = _tile_out(ob, og, oo, J, ost)
-        _inner_stats(xt, xbase, xsn, n, jn, J, t, mc, m, s)
+        _inner_stats(xt, xbase, xsn, n, jn, J, t, mc, m, s, sl)
         f = mc  # reuse: per-column log(s) or 1/s in the compute type
         lg = np.empty(J, np.float64)
+        ll = np.empty(J, np.float64)
         for j in range(jn):
-            lg[j] = math.log(s[j])
+            lg[j], ll[j] = _row_log(xb, s[j], sl[j])
             f[j] = to_compute(xb, lg[j] if op == 0 else 1.0 / s[j])
         for k in range(n):
             px = xbase + k * xsn
             po = obase + k * osn
-            _inner_fwd_row(view(xt, px, jn), view(ot, po, jn), m, f, lg, jn, op)
+            _inner_fwd_row(view(xt, px, jn), view(ot, po, jn), m, f, lg, ll, jn, op)
         _tile_flush(ob, og, oo, n, jn, J, ost)
 
 
-@njit(**_PKW)
+@_parallel_and_serial
 def lse_inner(xb, xg, rb, rg, n1, n2, n, ni, J):
     """logsumexp over a strided axis into float64 ``rb`` (geometry ``rg``)."""
     ntile = _tiles(ni, J)
@@ -782,15 +956,16 @@ def lse_inner(xb, xg, rb, rg, n1, n2, n, ni, J):
         jn = min(J, ni - j0)
         xo = _row_off(xg, o, n2) + j0 * xg[4]
         ro = _row_off(rg, o, n2) + j0 * rg[4]
-        t = scratch(xb, min(n, CHUNK) * J)
+        t = np.empty(max(2, min(n, CHUNK)) * J, np.float64)  # see term()
         mc = scratch(xb, J)
         m = scratch(xb, J)
         s = np.empty(J, np.float64)
+        sl = np.empty(J, np.float64)
         xst = _tile_stage(xb, xg, n, J)
         xt, xbase, xsn = _tile_in(xb, xg, xo, n, jn, J, xst)
-        _inner_stats(xt, xbase, xsn, n, jn, J, t, mc, m, s)
+        _inner_stats(xt, xbase, xsn, n, jn, J, t, mc, m, s, sl)
         for j in range(jn):
-            rb[ro + j * rg[4]] = _lse_value(xt, xbase + j, n, xsn, m[j], s[j])
+            rb[ro + j * rg[4]] = _lse_value(xt, xbase + j, n, xsn, m[j], s[j], sl[j])
 
 
 @njit(**_KW)
@@ -808,7 +983,7 @@ def _inner_bwd_row(dr, yr, orow, sc, s, jn, op):
             store(orow, j, load(yr, j) * (load(dr, j) - sc[j]))
 
 
-@njit(**_PKW)
+@_parallel_and_serial
 def bwd_inner(db, dg, yb, yg, ob, og, n1, n2, n, ni, op, J):
     """Backward, reduction over a strided axis, vectorised across inner."""
     ntile = _tiles(ni, J)
