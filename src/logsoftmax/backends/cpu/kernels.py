@@ -29,11 +29,25 @@ threads):
   log_softmax forward and backward pass 2 run in float64 (see
   :func:`_fwd_write`, :func:`_bwd_write`). Low-precision results are
   rounded once on store.
+* float64 forward/logsumexp: the chunk sum is a sequential compensated
+  (TwoSum) sum ``s + lo`` instead of the tree, merged as a double-double;
+  ``log(s + lo)`` is a double-double (``math.log`` + one Newton step with a
+  double-double ``exp``, :func:`._simd.log_dd`); log_softmax evaluates
+  ``(x - m) - L`` and logsumexp ``m + L`` in double-double and rounds once
+  (<= ~0.55 eps measured; PyTorch 1.27 at n = 7). float32 logsumexp sums
+  float64 terms (:func:`._simd.exp64`) so its result is rounded once from a
+  ~2**-31-accurate value.
+* Loops are shaped for LLVM's vector step of 64 float32 (see :data:`_VB`):
+  the tree's pair loop pads its partner half with -inf, max and
+  out-of-place writes end with an overlapping block; this and view-only
+  unit-stride row loops took n = 112 rows from 473 to 160 ns per row.
 
-Accuracy (float32, 3-sigma logits, vs a float64 oracle, in eps; PyTorch 2.13
-in brackets): n=1000 fwd 1.8 (2.8), bwd 1.6 -> 0.5 with the float64 pass 2
-(16), logsumexp 0.42 (0.49); n=65536 fwd 0.58 (27), bwd 0.5 (112),
-logsumexp 0.24 (0.34). Details in docs/performance.md.
+Accuracy (3-sigma logits, vs a float64 / long double oracle, in eps; PyTorch
+2.13 in brackets; ``python tests/test_torch_parity.py``): float32 n=1000 fwd
+1.50 (4.61), bwd 0.50 (43), logsumexp 0.37 (0.50); n=65536 fwd 0.54 (14),
+bwd 0.50 (573), logsumexp 0.25 (0.34). float64 log_softmax 0.50-0.56
+(1.27-6.2), logsumexp 0.25-0.49 (0.35-1.01) at n = 7..65536. Details in
+docs/_perf_cpu.md.
 
 Special values fall out of the arithmetic: a NaN or ``+inf`` in a chunk
 makes its sum NaN (``inf - inf``), a ``-inf`` element contributes 0; a chunk
@@ -44,7 +58,10 @@ ends with ``m = -inf, s = 0`` and pass 2 gives ``-inf - -inf = NaN``.
 Parallelism (``numba.prange``): over rows (``inner == 1``) or over
 ``(outer, inner tile)`` items; rows longer than two chunks with fewer rows
 than ``2 * threads`` are split chunk-wise across threads (partials merged in
-chunk order, so split and unsplit give the same bits).
+chunk order, so split and unsplit give the same bits). Every row and tile
+kernel also exists as a serial ``*_serial`` copy (same source, same bits)
+that the backend runs for small problems (see ``SERIAL_MAX`` in
+``backends/cpu/__init__.py``).
 """
 
 from __future__ import annotations
@@ -97,6 +114,13 @@ __all__ = [
 CHUNK = 4096
 #: chunks per parallel task on the split path (amortises scratch allocation)
 _GROUP = 8
+#: LLVM vectorises the hot loops 64 float32 at a time (16 lanes x 4
+#: interleaved) and leaves the remaining < 64 to a scalar loop: at n = 112
+#: most of a row's exps ran scalar (473 ns/row vs 180 at n = 128, one
+#: thread). So loops are shaped to multiples of _VB: max and out-of-place
+#: writes finish with an overlapping last block of _VB (max and y = f(x) are
+#: idempotent), the pair loop of the tree pads its partner half (below).
+_VB = 64
 
 _KW = dict(cache=True, error_model="numpy")
 _PKW = dict(cache=True, error_model="numpy", parallel=True)
@@ -147,22 +171,22 @@ def _is_f64_ol(buf):
     return lambda buf: f64
 
 
-def term(x, m, t):
-    """One exponential term ``e**(x - m)`` of a row sum, stored into ``t``:
-    float64 input -> ``math.exp``; float32 compute with a float64 ``t`` (the
-    logsumexp path) -> :func:`exp64` of the exact float64 difference, so the
-    sum is ~2**-31 accurate instead of 1 float32 ulp per term; else
-    :func:`exp32`."""
+def term(buf, x, m, t):
+    """One exponential term ``e**(x - m)`` of a row sum of ``buf``, stored
+    into ``t``: float64 input -> ``math.exp``; float32 compute with a float64
+    ``t`` (the logsumexp path) -> :func:`exp64` of the exact float64
+    difference, so the sum is ~2**-31 accurate instead of 1 float32 ulp per
+    term; else :func:`exp32`. ``x`` may be float32 or (exactly) widened."""
     raise NotImplementedError  # pragma: no cover
 
 
 @overload(term)
-def _term_ol(x, m, t):
-    if x == types.float64:
-        return lambda x, m, t: math.exp(x - m)
+def _term_ol(buf, x, m, t):
+    if buf.dtype == types.float64:
+        return lambda buf, x, m, t: math.exp(x - m)
     if t.dtype == types.float64:
-        return lambda x, m, t: exp64(np.float64(x) - np.float64(m))
-    return lambda x, m, t: exp32(x - m)
+        return lambda buf, x, m, t: exp64(np.float64(x) - np.float64(m))
+    return lambda buf, x, m, t: exp32(np.float32(x) - m)
 
 
 # ---------------------------------------------------------------------------
@@ -196,22 +220,39 @@ def _has_nan_strided(buf, off, n, step):
 @njit(**_KW)
 def _tree(t, n):
     """Pairwise sum of ``t[:n]`` in the fixed order of the module docstring
-    (destroys ``t``). Partners are read through a slice (``t[h:]``) so every
+    (destroys ``t``). Partners are read through a view at ``h`` so every
     index counts from 0: numba's negative-index wraparound on ``t[i + h]``
     would otherwise block vectorisation."""
     if n == 1:
         return t[0]
     h = _top(n)
-    hi = t[h:n]
+    hi = view(t, h, n - h)
     for i in range(n - h):
         t[i] += hi[i]
     h //= 2
     while h >= 1:
-        hi = t[h : 2 * h]
+        hi = view(t, h, h)
         for i in range(h):
             t[i] += hi[i]
         h //= 2
     return t[0]
+
+
+@njit(**_KW)
+def _seg_max(seg):
+    """``maxnum`` over ``seg``: multiples of :data:`_VB`, then the last
+    ``_VB`` elements again (overlapping; max is idempotent)."""
+    n = seg.shape[0]
+    m = neg_inf(seg)
+    nb = n - n % _VB
+    for k in range(nb):
+        m = maxnum(m, load(seg, k))
+    if nb < n:
+        st = max(0, n - _VB)
+        tail = view(seg, st, n - st)
+        for k in range(n - st):
+            m = maxnum(m, load(tail, k))
+    return m
 
 
 @njit(**_KW)
@@ -248,26 +289,37 @@ def _chunk_stats(seg, t):
     from a log of it (the tree's few-ulp error cost up to 0.5 eps at n = 7).
     """
     n = seg.shape[0]
-    m = neg_inf(seg)
-    for k in range(n):
-        m = maxnum(m, load(seg, k))
+    m = _seg_max(seg)
     if m == neg_inf(seg):
         return m, (np.nan if _has_nan(seg) else 0.0), 0.0
     if is_f64(seg):
         hi = 0.0
         lo = 0.0
         for k in range(n):
-            hi, lo = acc_dd(hi, lo, term(load(seg, k), m, t))
+            hi, lo = acc_dd(hi, lo, term(seg, load(seg, k), m, t))
         s = hi + lo
         return m, s, lo - (s - hi)
     if n == 1:
-        return m, np.float64(term(load(seg, 0), m, t)), 0.0
+        return m, np.float64(term(seg, load(seg, 0), m, t)), 0.0
     h = _top(n)
-    hi = seg[h:]
+    hi = view(seg, h, n - h)
+    if h >= _VB:
+        # partners e_{i+h}, i < n - h, staged in t[h:2h] and padded with -inf
+        # (term 0; e_i + 0 == e_i exactly, the same as a single): one loop of
+        # h (a multiple of _VB) iterations, no scalar remainder
+        pad = view(t, h, h)
+        c = n - h
+        for i in range(c):
+            pad[i] = load(hi, i)
+        for i in range(c, h):
+            pad[i] = -np.inf
+        for i in range(h):
+            t[i] = term(seg, load(seg, i), m, t) + term(seg, pad[i], m, t)
+        return m, np.float64(_tree(t, h)), 0.0
     for i in range(n - h):
-        t[i] = term(load(seg, i), m, t) + term(load(hi, i), m, t)
+        t[i] = term(seg, load(seg, i), m, t) + term(seg, load(hi, i), m, t)
     for i in range(n - h, h):
-        t[i] = term(load(seg, i), m, t)
+        t[i] = term(seg, load(seg, i), m, t)
     return m, np.float64(_tree(t, h)), 0.0
 
 
@@ -291,9 +343,9 @@ def _merge(m, s, lo, mc, sc, lc):
 def _row_stats(seg, t):
     """``(m, s, lo)`` of a whole row: chunk stats merged in chunk order."""
     n = seg.shape[0]
-    m, s, lo = _chunk_stats(seg[: min(n, CHUNK)], t)
+    m, s, lo = _chunk_stats(view(seg, 0, min(n, CHUNK)), t)
     for c0 in range(CHUNK, n, CHUNK):
-        mc, sc, lc = _chunk_stats(seg[c0 : min(n, c0 + CHUNK)], t)
+        mc, sc, lc = _chunk_stats(view(seg, c0, min(n - c0, CHUNK)), t)
         m, s, lo = _merge(m, s, lo, mc, sc, lc)
     return m, s, lo
 
@@ -334,8 +386,8 @@ def _bwd_terms_sum(ds, ys, t, op):
     if n == 1:
         return _f64(ds, 0) if op == 0 else _f64(ds, 0) * _f64(ys, 0)
     h = _top(n)
-    dh = ds[h:]
-    yh = ys[h:]
+    dh = view(ds, h, n - h)
+    yh = view(ys, h, n - h)
     if op == 0:
         for i in range(n - h):
             t[i] = _f64(ds, i) + _f64(dh, i)
@@ -355,7 +407,7 @@ def _bwd_row_sum(ds, ys, t, op):
     s = 0.0
     for c0 in range(0, n, CHUNK):
         c1 = min(n, c0 + CHUNK)
-        s += _bwd_terms_sum(ds[c0:c1], ys[c0:c1], t, op)
+        s += _bwd_terms_sum(view(ds, c0, c1 - c0), view(ys, c0, c1 - c0), t, op)
     return s
 
 
@@ -381,21 +433,31 @@ def _fwd_write(xs, os, m, s, lo, op):
     float32 roundings left it at 1.49 eps for n=3 where PyTorch has 1.39).
     float64: ``(x - m) - log(s)`` in double-double from a double-double
     log, rounded once (:func:`_ls64`; plain float64 was 1.48 eps at n = 7
-    vs PyTorch's 1.27).
+    vs PyTorch's 1.27). Runs as multiples of :data:`_VB` plus an overlapping
+    last block (the values rewritten are the same).
     """
+    lh, ll = _row_log(xs, s, lo)
     n = xs.shape[0]
+    nb = n - n % _VB
+    _fwd_span(xs, os, nb, m, s, lh, ll, op)
+    if nb < n:
+        st = max(0, n - _VB)
+        _fwd_span(view(xs, st, n - st), view(os, st, n - st), n - st, m, s, lh, ll, op)
+
+
+@njit(**_KW)
+def _fwd_span(xs, os, n, m, s, lh, ll, op):
+    """:func:`_fwd_write` on the first ``n`` elements; ``lh + ll = log(s)``."""
     if op == 0:
         if is_f64(xs):
-            lh, ll = _row_log(xs, s, lo)
             for k in range(n):
                 store(os, k, _ls64(load(xs, k), m, lh, ll))
         elif wide_store(xs, os):
-            ls64 = math.log(s)
             m64 = np.float64(m)
             for k in range(n):
-                store(os, k, (_f64(xs, k) - m64) - ls64)
+                store(os, k, (_f64(xs, k) - m64) - lh)
         else:
-            ls = to_compute(xs, math.log(s))
+            ls = to_compute(xs, lh)
             for k in range(n):
                 store(os, k, (load(xs, k) - m) - ls)
     else:
@@ -519,18 +581,22 @@ def _stage(buf, g, n):
 
 @njit
 def _row(buf, g, off, n, stage):
-    """Row at ``off``: a contiguous slice, or gathered into ``stage``."""
+    """Row at ``off``: a contiguous view, or gathered into ``stage``. Both
+    branches return a :func:`view` (no reference-counted owner): returning
+    ``stage[:n]`` from one branch made every row pay for reference-count
+    calls on the result (~50 ns per row at n = 128, one thread)."""
     if g[3] == 1:
         return view(buf, off, n)
-    return _gather(buf, off, n, g[3], stage)
+    _gather(buf, off, n, g[3], stage)
+    return view(stage, 0, n)
 
 
 @njit
 def _dst(buf, g, off, n, stage):
-    """Where to write a row: a contiguous view of ``buf``, or ``stage``."""
+    """Where to write a row: a contiguous view of ``buf``, or of ``stage``."""
     if g[3] == 1:
         return view(buf, off, n)
-    return stage[:n]
+    return view(stage, 0, n)
 
 
 @njit
@@ -544,6 +610,42 @@ def _task_rows(task, ntask, rows):
     return range(task * rows // ntask, (task + 1) * rows // ntask)
 
 
+# Unit-stride rows (the common case) run a loop without the staging
+# branches: with them in the loop body, n = 128 rows cost ~45 ns more each
+# (one thread; measured 182 vs 126 ns per row).
+@njit(**_KW)
+def _fwd_rows_unit(xb, xg, ob, og, n2, n, op, ip, t, rr):
+    for r in rr:
+        xs = view(xb, _row_off(xg, r, n2), n)
+        m, s, lo = _row_stats(xs, t)
+        if ip:
+            _fwd_write_ip(xs, m, s, lo, op)
+        else:
+            _fwd_write(xs, view(ob, _row_off(og, r, n2), n), m, s, lo, op)
+
+
+@njit(**_KW)
+def _lse_rows_unit(xb, xg, rb, rg, n2, n, t, rr):
+    for r in rr:
+        xs = view(xb, _row_off(xg, r, n2), n)
+        m, s, lo = _row_stats(xs, t)
+        rb[_row_off(rg, r, n2)] = _lse_value(xs, 0, n, 1, m, s, lo)
+
+
+@njit(**_KW)
+def _bwd_rows_unit(db, dg, yb, yg, ob, og, n2, n, op, ip, t, rr):
+    for r in rr:
+        ds = view(db, _row_off(dg, r, n2), n)
+        ys = view(yb, _row_off(yg, r, n2), n)
+        s = _bwd_row_sum(ds, ys, t, op)
+        if ip == 1:
+            _bwd_write_ip(ds, ys, s, op, False)
+        elif ip == 2:
+            _bwd_write_ip(ds, ys, s, op, True)
+        else:
+            _bwd_write(ds, ys, view(ob, _row_off(og, r, n2), n), s, op)
+
+
 @_parallel_and_serial
 def fwd_rows(xb, xg, ob, og, n1, n2, n, op, ip):
     """Forward over rows, one row per iteration (see module docstring);
@@ -551,7 +653,11 @@ def fwd_rows(xb, xg, ob, og, n1, n2, n, op, ip):
     rows = n1 * n2
     ntask = min(rows, 256)
     for task in prange(ntask):
-        t = scratch(xb, min(n, CHUNK))
+        t = scratch(xb, 2 * min(n, CHUNK))  # terms + padded partners
+        if xg[3] == 1 and og[3] == 1:
+            _fwd_rows_unit(xb, xg, ob, og, n2, n, op, ip, t,
+                           _task_rows(task, ntask, rows))
+            continue
         xst = _stage(xb, xg, n)
         ost = _stage(ob, og, n)
         for r in _task_rows(task, ntask, rows):
@@ -574,7 +680,10 @@ def lse_rows(xb, xg, rb, rg, n1, n2, n):
     rows = n1 * n2
     ntask = min(rows, 256)
     for task in prange(ntask):
-        t = np.empty(min(n, CHUNK), np.float64)  # float64 terms: see term()
+        t = np.empty(2 * min(n, CHUNK), np.float64)  # float64 terms: see term()
+        if xg[3] == 1:
+            _lse_rows_unit(xb, xg, rb, rg, n2, n, t, _task_rows(task, ntask, rows))
+            continue
         xst = _stage(xb, xg, n)
         for r in _task_rows(task, ntask, rows):
             xo = _row_off(xg, r, n2)
@@ -591,6 +700,10 @@ def bwd_rows(db, dg, yb, yg, ob, og, n1, n2, n, op, ip):
     ntask = min(rows, 256)
     for task in prange(ntask):
         t = np.empty(min(n, CHUNK), np.float64)
+        if dg[3] == 1 and yg[3] == 1 and og[3] == 1:
+            _bwd_rows_unit(db, dg, yb, yg, ob, og, n2, n, op, ip, t,
+                           _task_rows(task, ntask, rows))
+            continue
         dst_ = _stage(db, dg, n)
         yst = _stage(yb, yg, n)
         ost = _stage(ob, og, n)
@@ -660,7 +773,7 @@ def _stats_split(xb, xg, n1, n2, n, tp):
 @njit(**_PKW)
 def fwd_rows_split(xb, xg, ob, og, n1, n2, n, op):
     """Forward for few long rows: chunks of every row spread over threads."""
-    ms, ss, ls = _stats_split(xb, xg, n1, n2, n, scratch(xb, CHUNK))
+    ms, ss, ls = _stats_split(xb, xg, n1, n2, n, scratch(xb, 2 * CHUNK))
     rows = n1 * n2
     nch = (n + CHUNK - 1) // CHUNK
     for it in prange(rows * nch):
@@ -680,7 +793,7 @@ def fwd_rows_split(xb, xg, ob, og, n1, n2, n, op):
 @njit(**_KW)
 def lse_rows_split(xb, xg, rb, rg, n1, n2, n):
     """logsumexp for few long rows (chunks spread over threads)."""
-    ms, ss, ls = _stats_split(xb, xg, n1, n2, n, np.empty(CHUNK, np.float64))
+    ms, ss, ls = _stats_split(xb, xg, n1, n2, n, np.empty(2 * CHUNK, np.float64))
     for r in range(n1 * n2):
         m = to_compute(xb, ms[r])
         rb[_row_off(rg, r, n2)] = _lse_value(
@@ -798,15 +911,15 @@ def _tree_cols(t, cl, J, jn):
         return
     h = _top(cl)
     for i in range(cl - h):
-        ta = t[i * J : i * J + jn]
-        tb = t[(i + h) * J : (i + h) * J + jn]
+        ta = view(t, i * J, jn)
+        tb = view(t, (i + h) * J, jn)
         for j in range(jn):
             ta[j] += tb[j]
     h //= 2
     while h >= 1:
         for i in range(h):
-            ta = t[i * J : i * J + jn]
-            tb = t[(i + h) * J : (i + h) * J + jn]
+            ta = view(t, i * J, jn)
+            tb = view(t, (i + h) * J, jn)
             for j in range(jn):
                 ta[j] += tb[j]
         h //= 2
@@ -841,7 +954,7 @@ def _inner_stats(xb, base, sn, n, jn, J, t, mc, m, s, sl):
             for k in range(cl):
                 xr = view(xb, base + (c0 + k) * sn, jn)
                 for j in range(jn):
-                    th[j], tl[j] = acc_dd(th[j], tl[j], term(load(xr, j), mc[j], t))
+                    th[j], tl[j] = acc_dd(th[j], tl[j], term(xb, load(xr, j), mc[j], t))
             for j in range(jn):
                 hs = th[j] + tl[j]
                 tl[j] = tl[j] - (hs - th[j])
@@ -875,15 +988,16 @@ def _inner_tree(xb, base, sn, c0, cl, jn, J, t, mc):
     for k in range(cl):
         p = base + (c0 + k) * sn
         xr = view(xb, p, jn)
-        tr = t[k * J : k * J + jn]
+        tr = view(t, k * J, jn)
         if k + h < cl:
             p2 = p + h * sn
             xr2 = view(xb, p2, jn)
             for j in range(jn):
-                tr[j] = term(load(xr, j), mc[j], t) + term(load(xr2, j), mc[j], t)
+                e1 = term(xb, load(xr, j), mc[j], t)
+                tr[j] = e1 + term(xb, load(xr2, j), mc[j], t)
         elif k < h or cl == 1:
             for j in range(jn):
-                tr[j] = term(load(xr, j), mc[j], t)
+                tr[j] = term(xb, load(xr, j), mc[j], t)
         else:
             break
     if cl > 1:
