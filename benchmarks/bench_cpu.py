@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(min {min(vs_ta):.2f}x)." if vs_t and vs_ta else ""
     )
     doc = [
-        "#### Measured (written by `benchmarks/bench_cpu.py`)",
+        "### Measured (written by `benchmarks/bench_cpu.py`)",
         "",
         f"Command: `{cmd.strip()}` ({time.strftime('%Y-%m-%d')}, "
         f"{platform.processor() or platform.machine()}, "
@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         "![CPU bandwidth](img/cpu_bandwidth.png)",
         "",
     ]
-    out = ROOT / "docs" / "_perf_cpu.md"
+    out = ROOT / "docs" / "performance.md"
     block = "\n".join([BEGIN] + doc + [END])
     text = out.read_text() if out.exists() else ""
     if BEGIN in text and END in text:

@@ -22,7 +22,7 @@ What is measured (medians of ``--repeat`` interleaved runs, warm-up excluded):
    against gathering each row onto one machine.
 
 Run: ``python benchmarks/bench_dask.py [--quick] [--repeat 5] [--zarr-gb 1]``.
-Prints markdown tables (docs/_perf_dask.md quotes them).
+Prints markdown tables (docs/performance.md, "Dask backend", quotes them).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ every repetition), one warm-up call each excluded; the table reports medians.
 
     python benchmarks/bench_graph.py                # 4096 x 32000, 7 repetitions
     python benchmarks/bench_graph.py --quick        # 512 x 4096, a smoke test
-    python benchmarks/bench_graph.py --write docs/_perf_graph.md
+    python benchmarks/bench_graph.py --write /tmp/graph.md   (then paste into docs/performance.md)
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ Accuracy (3-sigma logits, vs a float64 / long double oracle, in eps; PyTorch
 1.50 (4.61), bwd 0.50 (43), logsumexp 0.37 (0.50); n=65536 fwd 0.54 (14),
 bwd 0.50 (573), logsumexp 0.25 (0.34). float64 log_softmax 0.50-0.56
 (1.27-6.2), logsumexp 0.25-0.49 (0.35-1.01) at n = 7..65536. Details in
-docs/_perf_cpu.md.
+docs/performance.md.
 
 Special values fall out of the arithmetic: a NaN or ``+inf`` in a chunk
 makes its sum NaN (``inf - inf``), a ``-inf`` element contributes 0; a chunk
