@@ -36,7 +36,10 @@ threads):
   ``(x - m) - L`` and logsumexp ``m + L`` in double-double and rounds once
   (<= ~0.55 eps measured; PyTorch 1.27 at n = 7). float32 logsumexp sums
   float64 terms (:func:`._simd.exp64`) so its result is rounded once from a
-  ~2**-31-accurate value.
+  ~2**-31-accurate value. float32 log_softmax/softmax rows of
+  ``n <= SHORT64`` (1024) sum float64 terms the same way (with float32
+  terms they lost to PyTorch on some seeds at n = 3-250; longer rows keep
+  the faster float32 terms, which already beat PyTorch several-fold).
 * Loops are shaped for LLVM's vector step of 64 float32 (see :data:`_VB`):
   the tree's pair loop pads its partner half with -inf, max and
   out-of-place writes end with an overlapping block; this and view-only
@@ -44,7 +47,7 @@ threads):
 
 Accuracy (3-sigma logits, vs a float64 / long double oracle, in eps; PyTorch
 2.13 in brackets; ``python tests/test_torch_parity.py``): float32 n=1000 fwd
-1.50 (4.61), bwd 0.50 (43), logsumexp 0.37 (0.50); n=65536 fwd 0.54 (14),
+0.50 (4.61), bwd 0.50 (43), logsumexp 0.37 (0.50); n=65536 fwd 0.54 (14),
 bwd 0.50 (573), logsumexp 0.25 (0.34). float64 log_softmax 0.50-0.56
 (1.27-6.2), logsumexp 0.25-0.49 (0.35-1.01) at n = 7..65536. Details in
 docs/performance.md.
@@ -174,9 +177,10 @@ def _is_f64_ol(buf):
 def term(buf, x, m, t):
     """One exponential term ``e**(x - m)`` of a row sum of ``buf``, stored
     into ``t``: float64 input -> ``math.exp``; float32 compute with a float64
-    ``t`` (the logsumexp path) -> :func:`exp64` of the exact float64
-    difference, so the sum is ~2**-31 accurate instead of 1 float32 ulp per
-    term; else :func:`exp32`. ``x`` may be float32 or (exactly) widened."""
+    ``t`` (logsumexp, and float32 forward rows of ``n <= SHORT64``) ->
+    :func:`exp64` of the exact float64 difference, so the sum is ~2**-31
+    accurate instead of 1 float32 ulp per term; else :func:`exp32`. ``x``
+    may be float32 or (exactly) widened."""
     raise NotImplementedError  # pragma: no cover
 
 
@@ -646,6 +650,50 @@ def _bwd_rows_unit(db, dg, yb, yg, ob, og, n2, n, op, ip, t, rr):
             _bwd_write(ds, ys, view(ob, _row_off(og, r, n2), n), s, op)
 
 
+#: float32 rows up to this length sum float64 terms (:func:`term` with a
+#: float64 scratch, as logsumexp does): with float32 terms (1-ulp ``exp32``)
+#: log_softmax/softmax lost to PyTorch on some seeds at n = 3-250; longer
+#: rows keep the float32 terms (float64 ones cost +47% at n = 32000, where
+#: float32 already beats PyTorch several-fold). See docs/performance.md.
+SHORT64 = 1024
+
+
+def short64(buf, n):
+    """True when a float32-input forward row of length ``n`` sums float64
+    terms (``n <= SHORT64``); bf16/f16/float64 inputs: always False."""
+    raise NotImplementedError  # pragma: no cover
+
+
+@overload(short64)
+def _short64_ol(buf, n):
+    if buf.dtype == types.float32:
+        return lambda buf, n: n <= SHORT64
+    return lambda buf, n: False
+
+
+@njit(**_KW)
+def _fwd_rows_task(xb, xg, ob, og, n2, n, op, ip, t, rr):
+    """One task of :func:`fwd_rows` with scratch ``t`` (its dtype selects the
+    terms' type)."""
+    if xg[3] == 1 and og[3] == 1:
+        _fwd_rows_unit(xb, xg, ob, og, n2, n, op, ip, t, rr)
+        return
+    xst = _stage(xb, xg, n)
+    ost = _stage(ob, og, n)
+    for r in rr:
+        xo = _row_off(xg, r, n2)
+        oo = _row_off(og, r, n2)
+        xs = _row(xb, xg, xo, n, xst)
+        m, s, lo = _row_stats(xs, t)
+        if ip:
+            _fwd_write_ip(xs, m, s, lo, op)
+            if xg[3] != 1:
+                _scatter(xs, xb, xo, n, xg[3])
+        else:
+            _fwd_write(xs, _dst(ob, og, oo, n, ost), m, s, lo, op)
+            _flush(ob, og, oo, n, ost)
+
+
 @_parallel_and_serial
 def fwd_rows(xb, xg, ob, og, n1, n2, n, op, ip):
     """Forward over rows, one row per iteration (see module docstring);
@@ -653,25 +701,13 @@ def fwd_rows(xb, xg, ob, og, n1, n2, n, op, ip):
     rows = n1 * n2
     ntask = min(rows, 256)
     for task in prange(ntask):
-        t = scratch(xb, 2 * min(n, CHUNK))  # terms + padded partners
-        if xg[3] == 1 and og[3] == 1:
-            _fwd_rows_unit(xb, xg, ob, og, n2, n, op, ip, t,
-                           _task_rows(task, ntask, rows))
-            continue
-        xst = _stage(xb, xg, n)
-        ost = _stage(ob, og, n)
-        for r in _task_rows(task, ntask, rows):
-            xo = _row_off(xg, r, n2)
-            oo = _row_off(og, r, n2)
-            xs = _row(xb, xg, xo, n, xst)
-            m, s, lo = _row_stats(xs, t)
-            if ip:
-                _fwd_write_ip(xs, m, s, lo, op)
-                if xg[3] != 1:
-                    _scatter(xs, xb, xo, n, xg[3])
-            else:
-                _fwd_write(xs, _dst(ob, og, oo, n, ost), m, s, lo, op)
-                _flush(ob, og, oo, n, ost)
+        rr = _task_rows(task, ntask, rows)
+        if short64(xb, n):
+            t64 = np.empty(2 * min(n, CHUNK), np.float64)  # float64 terms
+            _fwd_rows_task(xb, xg, ob, og, n2, n, op, ip, t64, rr)
+        else:
+            t = scratch(xb, 2 * min(n, CHUNK))  # terms + padded partners
+            _fwd_rows_task(xb, xg, ob, og, n2, n, op, ip, t, rr)
 
 
 @_parallel_and_serial
@@ -1027,6 +1063,32 @@ def _inner_fwd_row(xr, orow, m, f, lg, ll, jn, op):
             store(orow, j, exp_c(load(xr, j) - m[j]) * f[j])
 
 
+@njit(**_KW)
+def _fwd_inner_tile(xb, xg, ob, og, n, op, J, xo, oo, jn, t):
+    """One tile of :func:`fwd_inner` with scratch ``t`` (its dtype selects
+    the terms' type, as in :func:`fwd_rows`)."""
+    mc = scratch(xb, J)
+    m = scratch(xb, J)
+    s = np.empty(J, np.float64)
+    sl = np.empty(J, np.float64)
+    xst = _tile_stage(xb, xg, n, J)
+    ost = _tile_stage(ob, og, n, J)
+    xt, xbase, xsn = _tile_in(xb, xg, xo, n, jn, J, xst)
+    ot, obase, osn = _tile_out(ob, og, oo, J, ost)
+    _inner_stats(xt, xbase, xsn, n, jn, J, t, mc, m, s, sl)
+    f = mc  # reuse: per-column log(s) or 1/s in the compute type
+    lg = np.empty(J, np.float64)
+    ll = np.empty(J, np.float64)
+    for j in range(jn):
+        lg[j], ll[j] = _row_log(xb, s[j], sl[j])
+        f[j] = to_compute(xb, lg[j] if op == 0 else 1.0 / s[j])
+    for k in range(n):
+        px = xbase + k * xsn
+        po = obase + k * osn
+        _inner_fwd_row(view(xt, px, jn), view(ot, po, jn), m, f, lg, ll, jn, op)
+    _tile_flush(ob, og, oo, n, jn, J, ost)
+
+
 @_parallel_and_serial
 def fwd_inner(xb, xg, ob, og, n1, n2, n, ni, op, J):
     """Forward, reduction over a strided axis, vectorised across inner."""
@@ -1037,27 +1099,12 @@ def fwd_inner(xb, xg, ob, og, n1, n2, n, ni, op, J):
         jn = min(J, ni - j0)
         xo = _row_off(xg, o, n2) + j0 * xg[4]
         oo = _row_off(og, o, n2) + j0 * og[4]
-        t = scratch(xb, max(2, min(n, CHUNK)) * J)
-        mc = scratch(xb, J)
-        m = scratch(xb, J)
-        s = np.empty(J, np.float64)
-        sl = np.empty(J, np.float64)
-        xst = _tile_stage(xb, xg, n, J)
-        ost = _tile_stage(ob, og, n, J)
-        xt, xbase, xsn = _tile_in(xb, xg, xo, n, jn, J, xst)
-        ot, obase, osn = _tile_out(ob, og, oo, J, ost)
-        _inner_stats(xt, xbase, xsn, n, jn, J, t, mc, m, s, sl)
-        f = mc  # reuse: per-column log(s) or 1/s in the compute type
-        lg = np.empty(J, np.float64)
-        ll = np.empty(J, np.float64)
-        for j in range(jn):
-            lg[j], ll[j] = _row_log(xb, s[j], sl[j])
-            f[j] = to_compute(xb, lg[j] if op == 0 else 1.0 / s[j])
-        for k in range(n):
-            px = xbase + k * xsn
-            po = obase + k * osn
-            _inner_fwd_row(view(xt, px, jn), view(ot, po, jn), m, f, lg, ll, jn, op)
-        _tile_flush(ob, og, oo, n, jn, J, ost)
+        if short64(xb, n):
+            t64 = np.empty(max(2, min(n, CHUNK)) * J, np.float64)  # see fwd_rows
+            _fwd_inner_tile(xb, xg, ob, og, n, op, J, xo, oo, jn, t64)
+        else:
+            t = scratch(xb, max(2, min(n, CHUNK)) * J)
+            _fwd_inner_tile(xb, xg, ob, og, n, op, J, xo, oo, jn, t)
 
 
 @_parallel_and_serial
