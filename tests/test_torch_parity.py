@@ -135,10 +135,12 @@ def _accuracy_inputs(n: int, dtype):
     return x, dd
 
 
-@pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
-@pytest.mark.parametrize("n", LENGTHS)
-@pytest.mark.parametrize("op", _OPS)
-def test_accuracy_no_worse_than_torch(backend, op, n, dtype):
+def _errors(op: str, n: int, dtype) -> tuple[float, float, tuple[int, ...]]:
+    """``(ours, torch's)`` max error in eps on the accuracy inputs, and their shape.
+
+    Ours runs on the backend currently in force (the test's fixture, or
+    ``use_backend`` in :func:`accuracy_table`).
+    """
     x, dd = _accuracy_inputs(n, dtype)
     if op in ("log_softmax", "softmax", "logsumexp"):
         args = (x,)
@@ -149,9 +151,17 @@ def test_accuracy_no_worse_than_torch(backend, op, n, dtype):
     ref = REF[op](*args, -1)
     ours_err = max_err_eps(ours(op, *args, axis=-1), ref, dtype)
     torch_err = max_err_eps(torch_op(op, dtype, *args, axis=-1), ref, dtype)
+    return ours_err, torch_err, x.shape
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("op", _OPS)
+def test_accuracy_no_worse_than_torch(backend, op, n, dtype):
+    ours_err, torch_err, shape = _errors(op, n, dtype)
     assert ours_err <= torch_err, (
         f"{op} {dtype_id(dtype)} n={n}: our max error {ours_err:.4g} eps > "
-        f"PyTorch's {torch_err:.4g} eps on the same {x.shape} inputs"
+        f"PyTorch's {torch_err:.4g} eps on the same {shape} inputs"
     )
     if n == 1:
         assert ours_err == 0.0  # exact cases are exact
@@ -175,17 +185,8 @@ def accuracy_table(backend_name: str = "cpu") -> str:
         for op in _OPS:
             cells = []
             for n in LENGTHS:
-                x, dd = _accuracy_inputs(n, dtype)
-                if op in ("log_softmax", "softmax", "logsumexp"):
-                    args = (x,)
-                elif op == "log_softmax_backward":
-                    args = (dd, ref_log_softmax(x).astype(np.float64).astype(dtype))
-                else:
-                    args = (dd, ref_softmax(x).astype(np.float64).astype(dtype))
-                ref = REF[op](*args, -1)
                 with logsoftmax.use_backend(backend_name):
-                    a = max_err_eps(ours(op, *args, axis=-1), ref, dtype)
-                b = max_err_eps(torch_op(op, dtype, *args, axis=-1), ref, dtype)
+                    a, b, _ = _errors(op, n, dtype)
                 cells.append(f"{a:.2f} / {b:.2f}")
             lines.append(f"| {dtype_id(dtype)} {op} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

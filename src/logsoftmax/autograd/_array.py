@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
+from ..backends import is_dask_array
 
 __all__ = [
     "is_array",
@@ -68,8 +69,7 @@ def is_array(a) -> bool:
     """Whether ``a`` is a backend array (kept as is by ``tensor()``)."""
     if isinstance(a, np.ndarray):
         return True
-    mod = type(a).__module__
-    return (mod.startswith("dask.") or mod.startswith("torch")) and hasattr(a, "shape")
+    return (is_dask_array(a) or _is_torch(a)) and hasattr(a, "shape")
 
 
 def _torch_dtype(dt: np.dtype):
@@ -268,7 +268,7 @@ def scatter_sub_(a, values, target, axis: int):
     along ``axis``; it never builds the one-hot matrix in memory (only per
     block, lazily). Callers must use the returned array.
     """
-    if type(a).__module__.startswith("dask."):
+    if is_dask_array(a):
         from ..backends.dask import scatter_sub
 
         return scatter_sub(a, values, target, axis)

@@ -37,6 +37,8 @@ __all__ = [
     "set_backend",
     "use_backend",
     "select_backend",
+    "is_dask_array",
+    "is_cuda_array",
 ]
 
 
@@ -183,18 +185,25 @@ def use_backend(name: str) -> Iterator[Backend]:
         _forced_local.reset(token)
 
 
-def _is_dask(x) -> bool:
+#: DLPack device types that live on a CUDA device
+CUDA_DLPACK_DEVICES = (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+
+
+def is_dask_array(x) -> bool:
+    """Whether ``x`` is a dask array (checked without importing dask)."""
     return type(x).__module__.startswith("dask.")
 
 
-def _is_cuda(x) -> bool:
+def is_cuda_array(x) -> bool:
+    """Whether ``x`` lives on a CUDA device: ``__cuda_array_interface__`` or a
+    CUDA ``__dlpack_device__`` (checked without importing torch or CuPy)."""
     if hasattr(x, "__cuda_array_interface__"):
         return True
     dev = getattr(x, "__dlpack_device__", None)
     if dev is None or isinstance(x, np.ndarray):
         return False
     try:
-        return int(dev()[0]) in (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+        return int(dev()[0]) in CUDA_DLPACK_DEVICES
     except Exception:
         return False
 
@@ -203,9 +212,9 @@ def select_backend(x) -> Backend:
     """The backend that runs ``x``: forced, else by array type."""
     name = _forced_local.get() or _forced_global
     if name is None:
-        if _is_dask(x):
+        if is_dask_array(x):
             name = "dask"
-        elif _is_cuda(x):
+        elif is_cuda_array(x):
             name = "cuda"
         else:
             name = "cpu"

@@ -41,12 +41,11 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import Backend
+from .. import Backend, is_cuda_array
 
 __all__ = ["CudaBackend", "interpreting"]
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
-_CUDA_DLPACK_DEVICES = (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
 
 
 def _interpret_requested() -> bool:
@@ -88,17 +87,8 @@ def _is_torch(x) -> bool:
 
 
 def _is_foreign_cuda(x) -> bool:
-    if isinstance(x, np.ndarray) or _is_torch(x):
-        return False
-    if hasattr(x, "__cuda_array_interface__"):
-        return True
-    dev = getattr(x, "__dlpack_device__", None)
-    if dev is None:
-        return False
-    try:
-        return int(dev()[0]) in _CUDA_DLPACK_DEVICES
-    except Exception:
-        return False
+    """A CUDA array that is not a torch tensor (CuPy, numba.cuda, ...)."""
+    return not _is_torch(x) and is_cuda_array(x)
 
 
 @functools.lru_cache(maxsize=None)
