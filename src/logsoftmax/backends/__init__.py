@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import enum
 import importlib
 import importlib.util
 from typing import Iterator
@@ -30,6 +31,8 @@ from typing import Iterator
 import numpy as np
 
 __all__ = [
+    "Op",
+    "InPlace",
     "Backend",
     "register_backend",
     "get_backend",
@@ -40,6 +43,29 @@ __all__ = [
     "is_dask_array",
     "is_cuda_array",
 ]
+
+
+class Op(enum.IntEnum):
+    """Which member of the family a kernel computes: the one operation
+    selector every backend uses (numba and Triton kernels take it as an int)."""
+
+    #: ``log_softmax`` forward / ``log_softmax_backward``
+    LOG_SOFTMAX = 0
+    #: ``softmax`` forward / ``softmax_backward``
+    SOFTMAX = 1
+
+
+class InPlace(enum.IntEnum):
+    """Where a kernel's result goes when ``out`` is exactly one of its inputs."""
+
+    #: ``out`` is a separate array (or a fresh result)
+    NONE = 0
+    #: ``out`` is ``x`` (forward)
+    SRC = 1
+    #: ``out`` is ``diff_dst`` (backward); the same slot as ``SRC``
+    DIFF_DST = 1
+    #: ``out`` is ``dst`` (backward)
+    DST = 2
 
 
 class Backend:
