@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from .. import amp, dtypes
+from ..backends import is_torch_tensor
 from . import _array
 from .engine import Node, run_backward
 from .grad_mode import is_grad_enabled, no_grad
@@ -250,7 +251,7 @@ class Tensor:
             return data
         if hasattr(data, "compute"):  # dask
             return np.asarray(data.compute())
-        if _array._is_torch(data):
+        if is_torch_tensor(data):
             if self.dtype == dtypes.bfloat16:
                 return data.detach().float().cpu().numpy().astype(dtypes.bfloat16)
             return data.detach().cpu().numpy()
