@@ -40,7 +40,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import Backend, is_cuda_array, is_torch_tensor, numpy_dtype, torch_dtype
+from .. import Backend, Op, is_cuda_array, is_torch_tensor, numpy_dtype, torch_dtype
 
 __all__ = ["CudaBackend", "interpreting"]
 
@@ -298,7 +298,7 @@ class CudaBackend(Backend):
         return _torch_to_foreign(x, _foreign_to_torch(x).to(torch_dtype(dtype)))
 
     # -- the ops ------------------------------------------------------------
-    def _forward(self, op: int, x, axis: int, out, dtype):
+    def _forward(self, op: Op, x, axis: int, out, dtype):
         _, launch, _ = _lib()
         call = _Call([x, out])
         result = _empty_like(x, dtype) if out is None else out
@@ -306,7 +306,7 @@ class CudaBackend(Backend):
         call.finish()
         return out if out is not None else _deliver(x, result)
 
-    def _backward(self, op: int, diff_dst, dst, axis: int, out, dtype):
+    def _backward(self, op: Op, diff_dst, dst, axis: int, out, dtype):
         _, launch, _ = _lib()
         call = _Call([diff_dst, dst, out])
         result = _empty_like(diff_dst, dtype) if out is None else out
@@ -316,16 +316,16 @@ class CudaBackend(Backend):
         return out if out is not None else _deliver(diff_dst, result)
 
     def log_softmax(self, x, axis, out, dtype):
-        return self._forward(_lib()[2].LOG_SOFTMAX, x, axis, out, dtype)
+        return self._forward(Op.LOG_SOFTMAX, x, axis, out, dtype)
 
     def softmax(self, x, axis, out, dtype):
-        return self._forward(_lib()[2].SOFTMAX, x, axis, out, dtype)
+        return self._forward(Op.SOFTMAX, x, axis, out, dtype)
 
     def log_softmax_backward(self, diff_dst, dst, axis, out, dtype):
-        return self._backward(_lib()[2].LOG_SOFTMAX, diff_dst, dst, axis, out, dtype)
+        return self._backward(Op.LOG_SOFTMAX, diff_dst, dst, axis, out, dtype)
 
     def softmax_backward(self, diff_dst, dst, axis, out, dtype):
-        return self._backward(_lib()[2].SOFTMAX, diff_dst, dst, axis, out, dtype)
+        return self._backward(Op.SOFTMAX, diff_dst, dst, axis, out, dtype)
 
     def logsumexp(self, x, axes, keepdims):
         """Reduce over ``axes`` with :func:`~.launch.logsumexp`.
