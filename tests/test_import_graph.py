@@ -173,10 +173,26 @@ def layers(graph: dict[str, set[str]]) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------------------
-def test_graph_sees_lazy_imports_and_skips_type_checking():
+def test_imports_counts_lazy_ones_and_skips_type_checking():
+    tree = ast.parse(
+        "import a\n"
+        "if TYPE_CHECKING:\n    import b\nelse:\n    import c\n"
+        "if typing.TYPE_CHECKING:\n    import d\n"
+        "def f():\n    from e import g\n"
+    )
+    found = sorted(n.names[0].name if isinstance(n, ast.Import) else n.module
+                   for n in _imports(tree))
+    assert found == ["a", "c", "e"]
+
+
+def test_graph_resolves_relative_and_lazy_imports():
     graph = import_graph()
-    # a function-level import is an edge (the backends' lazy dask import)
+    # a function-level import is an edge (the lazy dask import in _array)
     assert "logsoftmax.backends.dask" in graph["logsoftmax.autograd._array"]
+    # `from .. import dtypes` is the module; `from ..backends import x` the package
+    assert {"logsoftmax.dtypes", "logsoftmax.backends"} <= graph[
+        "logsoftmax.autograd._array"
+    ]
     # the top-level package's names resolve to their modules
     assert "logsoftmax._api" in graph["logsoftmax"]
 

@@ -34,7 +34,7 @@ from .. import _api, dtypes
 from ..schema import AmpPolicy, OpSchema, register
 from . import _array
 from .grad_mode import is_grad_enabled
-from .tensor import Function, Tensor, dispatch
+from .tensor import Function, Tensor
 
 KEEP, PROMOTE, FP32 = AmpPolicy.KEEP_INPUT, AmpPolicy.PROMOTE, AmpPolicy.FORCE_FP32
 
@@ -152,7 +152,7 @@ class _SoftmaxFamily(_SavesOutput):
     def forward(cls, a, axis=-1) -> Tensor:  # type: ignore[override]
         """Validate ``axis`` (IndexError/TypeError), apply the AMP policy,
         dispatch to ``a``'s backend, save the output, and record the node."""
-        return dispatch(cls, (a,), {"axis": axis})
+        return super().forward(a, axis=axis)
 
     def prepare(self, a: Tensor, *, axis) -> None:
         self.axis = _api.canonical_axis(axis, a.ndim, self.fn)
