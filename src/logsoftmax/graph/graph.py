@@ -251,21 +251,6 @@ class Graph:
                 f"{sorted(self._tensors)})"
             ) from None
 
-    # -- oneDNN's JSON format -------------------------------------------------
-    @classmethod
-    def from_json(cls, source) -> "Graph":
-        """Build a finalized graph from oneDNN's JSON format; see
-        :func:`logsoftmax.graph.from_json`."""
-        from .json_format import from_json
-
-        return from_json(source)
-
-    def to_json(self, *, indent: int | None = 2) -> str:
-        """This graph in oneDNN's JSON format; see :func:`logsoftmax.graph.to_json`."""
-        from .json_format import to_json
-
-        return to_json(self, indent=indent)
-
     def __repr__(self) -> str:
         return (
             f"Graph({self._engine_kind}, ops={len(self._ops)}, "
