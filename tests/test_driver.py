@@ -282,19 +282,6 @@ def test_zero_trust():
     assert r.passed and not r.mistrusted
 
 
-def test_eps_error_metric():
-    ref = np.array([1.0, -3.0, 1e-3, -np.inf], np.float64)
-    got = np.array([1.0 + 4 * EPS32, -3.0 - 6 * EPS32, 1e-3 + EPS32, -np.inf],
-                   np.float32)
-    err = compare.eps_error(got, ref, "f32")
-    assert err == pytest.approx(4.0, rel=1e-3)  # |d| / (eps * max(1, |ref|))
-    assert compare.eps_error(got[1:], ref[1:], "f32") == pytest.approx(2.0, rel=1e-3)
-    # f16 overflow to the correctly rounded -inf is exact, a finite miss is not
-    assert compare.eps_error(np.float16([-np.inf]), np.array([-65600.0]), "f16") == 0.0
-    miss = compare.eps_error(np.float16([-np.inf]), np.array([-65000.0]), "f16")
-    assert miss == np.inf
-
-
 # --------------------------------------------------------------------------
 # fills
 # --------------------------------------------------------------------------
