@@ -63,15 +63,98 @@ def _parse_shape(text: str, spec: str) -> list[int]:
     return dims
 
 
-def _memory_order(shape, strides) -> list[int]:
-    """Dims from outermost to innermost, as given by the strides."""
-    return sorted(range(len(shape)), key=lambda d: (-strides[d], d))
-
-
 def _lts(doc):
     for op in doc["graph"]:
         for lt in op.get("inputs", []) + op.get("outputs", []):
             yield op, lt
+
+
+def _items(values) -> list[str]:
+    """Command-line items, ``+`` joining several in one argument."""
+    return [s for v in values for s in v.split("+") if s]
+
+
+def _follow(lt: dict, shape: list[int], tag: str | None) -> tuple[list, list]:
+    """New (dims, strides) for JSON logical tensor ``lt`` reshaped to ``shape``:
+    laid out as format ``tag`` if given, else in ``lt``'s own memory order
+    (when its strides say one), else row-major."""
+    from logsoftmax import formats
+    from logsoftmax.graph import strides_from_tag
+
+    if tag:
+        return shape, list(strides_from_tag(shape, tag))
+    if len(lt["stride"]) == len(shape) == len(lt["shape"]):
+        order = formats.memory_order(lt["stride"])
+        return shape, list(formats.dense_strides(shape, order))
+    return shape, list(formats.dense_strides(shape))
+
+
+def _new_shapes(doc: dict, in_shapes) -> dict[int, tuple[list, list]]:
+    """id -> (dims, strides) for every ``--in-shapes`` item and the tensors
+    that follow it (see :func:`rewrite`)."""
+    new: dict[int, tuple[list, list]] = {}
+    tags: dict[int, str] = {}
+    for spec in _items(in_shapes):
+        tid, sep, rest = spec.partition(":")
+        if not sep or not tid.strip().isdigit():
+            raise ValueError(f"--in-shapes {spec!r}: expected ID:SHAPE[*TAG]")
+        shape_text, _, tag = rest.partition("*")
+        shape = _parse_shape(shape_text, spec)
+        tid = int(tid)
+        old = [lt for _, lt in _lts(doc) if lt["id"] == tid]
+        if not old:
+            raise ValueError(f"--in-shapes {spec!r}: no logical tensor has id {tid}")
+        new[tid] = _follow(old[0], shape, tag)
+        if tag:
+            tags[tid] = tag
+    for op in doc["graph"]:  # file order is oneDNN's topological order
+        ins = op.get("inputs", [])
+        changed = [lt for lt in ins if lt["id"] in new]
+        if not changed:
+            continue
+        first = changed[0]
+        shape, tag = new[first["id"]][0], tags.get(first["id"])
+        for lt in ins + op.get("outputs", []):
+            if lt["id"] not in new and lt["shape"] == first["shape"]:
+                new[lt["id"]] = _follow(lt, shape, tag)
+                if tag:
+                    tags[lt["id"]] = tag
+    return new
+
+
+#: --op-attrs value parsers, by oneDNN attribute type
+_ATTR_PARSERS = {
+    "s64": int,
+    "s64[]": lambda t: [int(v) for v in t.split("x")],
+    "f32": float,
+    "f32[]": lambda t: [float(v) for v in t.split("x")],
+    "bool": lambda t: {"true": True, "false": False, "1": True, "0": False}[t.lower()],
+    "string": str,
+}
+
+
+def _set_attr(doc: dict, spec: str) -> None:
+    """Apply one ``OPID:ATTR:VALUE`` item to ``doc``."""
+    from logsoftmax.graph import OpAttr
+
+    parts = spec.split(":", 2)
+    if len(parts) != 3 or not parts[0].strip().isdigit():
+        raise ValueError(f"--op-attrs {spec!r}: expected OPID:ATTR:VALUE")
+    oid, name, text = int(parts[0]), parts[1], parts[2]
+    ops = [op for op in doc["graph"] if op.get("id") == oid]
+    if not ops:
+        raise ValueError(f"--op-attrs {spec!r}: no op has id {oid}")
+    if name not in OpAttr.__members__ or OpAttr[name].type is None:
+        raise ValueError(f"--op-attrs {spec!r}: unknown attribute {name!r}")
+    atype = OpAttr[name].type.value
+    try:
+        value: Any = _ATTR_PARSERS[atype](text)
+    except (ValueError, KeyError):
+        raise ValueError(
+            f"--op-attrs {spec!r}: value {text!r} is not a valid {atype}"
+        ) from None
+    for op in ops:
+        op.setdefault("attrs", {})[name] = {"type": atype, "value": value}
 
 
 def rewrite(
@@ -101,91 +184,19 @@ def rewrite(
     Raises:
       ValueError: a malformed item, or an id no op uses.
     """
-    from logsoftmax.graph import DataType, OpAttr, dense_strides, strides_from_tag
+    from logsoftmax.graph import DataType
 
     doc = copy.deepcopy(doc)
     if dt is not None:
         DataType.from_name(dt)
         for _, lt in _lts(doc):
             lt["dtype"] = dt
-
-    def items(values):
-        return [s for v in values for s in v.split("+") if s]
-
-    new: dict[int, tuple[list[int], list[int]]] = {}
-    tags: dict[int, str] = {}
-    for spec in items(in_shapes):
-        tid, sep, rest = spec.partition(":")
-        if not sep or not tid.strip().isdigit():
-            raise ValueError(f"--in-shapes {spec!r}: expected ID:SHAPE[*TAG]")
-        shape_text, _, tag = rest.partition("*")
-        shape = _parse_shape(shape_text, spec)
-        tid = int(tid)
-        old = [lt for _, lt in _lts(doc) if lt["id"] == tid]
-        if not old:
-            raise ValueError(f"--in-shapes {spec!r}: no logical tensor has id {tid}")
-        if tag:
-            strides = list(strides_from_tag(shape, tag))
-            tags[tid] = tag
-        elif len(old[0]["stride"]) == len(shape) == len(old[0]["shape"]):
-            order = _memory_order(old[0]["shape"], old[0]["stride"])
-            strides = list(dense_strides(shape, order))
-        else:
-            strides = list(dense_strides(shape))
-        new[tid] = (shape, strides)
-
-    def follow(lt, shape, tag):
-        if tag:
-            return shape, list(strides_from_tag(shape, tag))
-        if len(lt["stride"]) == len(shape) == len(lt["shape"]):
-            order = _memory_order(lt["shape"], lt["stride"])
-            return shape, list(dense_strides(shape, order))
-        return shape, list(dense_strides(shape))
-
-    for op in doc["graph"]:  # file order is oneDNN's topological order
-        ins = op.get("inputs", [])
-        changed = [lt for lt in ins if lt["id"] in new]
-        if not changed:
-            continue
-        first = changed[0]
-        shape = new[first["id"]][0]
-        for lt in ins + op.get("outputs", []):
-            if lt["id"] not in new and lt["shape"] == first["shape"]:
-                new[lt["id"]] = follow(lt, shape, tags.get(first["id"]))
-                if first["id"] in tags:
-                    tags[lt["id"]] = tags[first["id"]]
+    new = _new_shapes(doc, in_shapes)
     for _, lt in _lts(doc):
         if lt["id"] in new:
             lt["shape"], lt["stride"] = (list(v) for v in new[lt["id"]])
-
-    for spec in items(op_attrs):
-        parts = spec.split(":", 2)
-        if len(parts) != 3 or not parts[0].strip().isdigit():
-            raise ValueError(f"--op-attrs {spec!r}: expected OPID:ATTR:VALUE")
-        oid, name, text = int(parts[0]), parts[1], parts[2]
-        ops = [op for op in doc["graph"] if op.get("id") == oid]
-        if not ops:
-            raise ValueError(f"--op-attrs {spec!r}: no op has id {oid}")
-        if name not in OpAttr.__members__ or OpAttr[name].type is None:
-            raise ValueError(f"--op-attrs {spec!r}: unknown attribute {name!r}")
-        atype = OpAttr[name].type.value
-        try:
-            value: Any = {
-                "s64": lambda t: int(t),
-                "s64[]": lambda t: [int(v) for v in t.split("x")],
-                "f32": lambda t: float(t),
-                "f32[]": lambda t: [float(v) for v in t.split("x")],
-                "bool": lambda t: {"true": True, "false": False, "1": True, "0": False}[
-                    t.lower()
-                ],
-                "string": lambda t: t,
-            }[atype](text)
-        except (ValueError, KeyError):
-            raise ValueError(
-                f"--op-attrs {spec!r}: value {text!r} is not a valid {atype}"
-            ) from None
-        for op in ops:
-            op.setdefault("attrs", {})[name] = {"type": atype, "value": value}
+    for spec in _items(op_attrs):
+        _set_attr(doc, spec)
     return doc
 
 
@@ -207,28 +218,10 @@ def _fill(role: str, kind: str, lt, axis: int, rng) -> np.ndarray:
     return x
 
 
-def _check(y: np.ndarray, ref: np.ndarray, dtname: str) -> tuple[float, int]:
-    """Max error in eps of ``dtname`` and the count of mismatched specials."""
-    from logsoftmax import dtypes
-    from logsoftmax.graph import DataType
-
-    yf = y.astype(np.float64)
-    eps = dtypes.eps(DataType.from_name(dtname).numpy_dtype)
-    finite = np.isfinite(ref)
-    same = (yf == ref) | (np.isnan(yf) & np.isnan(ref))
-    bad = int(np.count_nonzero(~finite & ~same))
-    if not finite.any():
-        return 0.0, bad
-    with np.errstate(all="ignore"):
-        r = ref[finite]
-        err = np.abs(yf[finite] - r) / (eps * np.maximum(1.0, np.abs(r)))
-    err = np.where(np.isnan(err), np.inf, err)
-    return float(err.max()), bad
-
-
 def _run(args) -> int:
     import logsoftmax
     from logsoftmax import graph as g
+    from logsoftmax.accuracy import eps_errors
 
     path = g.case_path(args.case) if args.case else args.path
     doc = rewrite(g.load_json(path), args.dt, args.in_shapes or (), args.op_attrs or ())
@@ -277,7 +270,9 @@ def _run(args) -> int:
         with logsoftmax.use_backend("reference"):
             fn = getattr(logsoftmax, roles.function)
             ref = fn(*originals, cp.axis, dtype=np.float64)
-        err, bad = _check(result, ref, dtname)
+        errs = eps_errors(result, ref, dtname)
+        err = float(errs.max()) if errs.size else 0.0
+        bad = int(np.count_nonzero(np.isinf(errs)))  # special-value mismatches
         lim = limit(dtname, roles.function)
         ok = err <= lim and bad == 0
         failed |= not ok
