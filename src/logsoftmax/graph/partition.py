@@ -15,6 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import _api
 from .engine import Engine, Stream
 from .errors import CompileError, ExecuteError, InvalidArgumentError
 from .logical_tensor import LogicalTensor, dense_strides
@@ -248,9 +249,22 @@ class Partition:
         return cp
 
     def _compile(self, ins, outs) -> "CompiledPartition":
+        self._check_declared(ins, outs)
+        shape = self._check_inputs(ins)
+        axis = self._canonical_axis(len(shape))
+        compiled_outs = self._infer_outputs(outs, shape, ins[0].strides)
+        i_in, i_out = SUPPORTED_OPS[self._op.kind].inplace
+        a, b = ins[i_in], compiled_outs[i_out]
+        inplace = []
+        if a.shape == b.shape and a.strides == b.strides and a.dtype is b.dtype:
+            inplace.append((a.id, b.id))
+        return CompiledPartition(self._id, self._op, axis, tuple(ins),
+                                 tuple(compiled_outs), inplace)
+
+    def _check_declared(self, ins, outs) -> None:
+        """Each port's data type, and its dims where both the graph and the
+        given logical tensor know them, agree with the graph's."""
         op = self._op
-        d = SUPPORTED_OPS[op.kind]
-        # data types and the graph's dims (known ones must agree)
         for is_out, given, ports in ((False, ins, op.inputs), (True, outs, op.outputs)):
             for i, (lt, port) in enumerate(zip(given, ports)):
                 if lt.dtype is not port.dtype:
@@ -269,7 +283,10 @@ class Partition:
                             is_out,
                             i,
                         )
-        # inputs: concrete dims and strides
+
+    def _check_inputs(self, ins) -> tuple[int, ...]:
+        """Inputs are strided with known dims and strides, all of one shape,
+        which is returned."""
         for i, lt in enumerate(ins):
             if lt.layout_type is not LayoutType.strided:
                 raise self._error(
@@ -290,22 +307,30 @@ class Partition:
             if ins[i].shape != shape:
                 raise self._error(
                     f"has shape {list(ins[i].shape)}, expected {list(shape)} (the "
-                    f"shape of {op.role(False, 0)})",
+                    f"shape of {self._op.role(False, 0)})",
                     False,
                     i,
                 )
-        rank = len(shape)
-        axis = op._axis()
-        if not -rank <= axis < rank:
+        return shape
+
+    def _canonical_axis(self, rank: int) -> int:
+        """The op's axis attribute in ``[0, rank)`` (the front door's rule)."""
+        axis = self._op._axis()
+        try:
+            return _api.canonical_axis(axis, rank)
+        except IndexError:
             raise self._error(
                 f"has rank {rank}, but attribute axis={axis} is out of range; "
                 f"expected an integer in [{-rank}, {rank})",
                 False,
                 0,
-            )
-        axis = axis + rank if axis < 0 else axis
-        # outputs: inferred dims and layout
-        compiled_outs = []
+            ) from None
+
+    def _infer_outputs(self, outs, shape, src_strides) -> list[LogicalTensor]:
+        """Outputs with dims and strides filled in: input 0's shape; given
+        strides (which must not overlap), else input 0's when compact, else
+        row-major."""
+        compiled = []
         for j, lt in enumerate(outs):
             if lt.layout_type is LayoutType.opaque:
                 raise self._error(
@@ -315,23 +340,19 @@ class Partition:
                     j,
                 )
             if lt.ndims != -1 and (
-                lt.ndims != rank
+                lt.ndims != len(shape)
                 or any(a != b for a, b in zip(lt.shape, shape) if a != UNKNOWN_DIM)
             ):
                 raise self._error(
                     f"has shape {list(lt.shape)}, expected {list(shape)} (the shape "
-                    f"of {op.role(False, 0)})",
+                    f"of {self._op.role(False, 0)})",
                     True,
                     j,
                 )
             strides = lt.strides
             if strides is None or UNKNOWN_DIM in strides:
-                src_strides = ins[0].strides
-                strides = (
-                    src_strides
-                    if _is_compact(shape, src_strides)
-                    else dense_strides(shape)
-                )
+                compact = _is_compact(shape, src_strides)
+                strides = src_strides if compact else dense_strides(shape)
             elif _self_overlaps(shape, strides):
                 raise self._error(
                     f"has strides {list(strides)} under which distinct elements of "
@@ -340,16 +361,10 @@ class Partition:
                     True,
                     j,
                 )
-            compiled_outs.append(
+            compiled.append(
                 lt._with(shape=shape, strides=strides, layout_type=LayoutType.strided)
             )
-        inplace = []
-        i_in, i_out = d.inplace
-        a, b = ins[i_in], compiled_outs[i_out]
-        if a.shape == b.shape and a.strides == b.strides and a.dtype is b.dtype:
-            inplace.append((a.id, b.id))
-        return CompiledPartition(self._id, op, axis, tuple(ins), tuple(compiled_outs),
-                                 inplace)
+        return compiled
 
     def __repr__(self) -> str:
         return (
