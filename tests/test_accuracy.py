@@ -73,5 +73,6 @@ def test_long_double_oracle_is_not_rounded_to_float64():
 
 def test_shapes_must_agree():
     got = np.float32([[1.0, 1.0]])
-    with pytest.raises(ValueError, match=r"y has shape \(1, 2\), y_ref has shape \(2,\)"):
+    match = r"y has shape \(1, 2\), y_ref has shape \(2,\)"
+    with pytest.raises(ValueError, match=match):
         eps_errors(got, np.array([1.0, 1.0]), "f32")

@@ -165,7 +165,7 @@ def run_case(doc, dt, inplace=False):
     npdt = g.DataType[dt].numpy_dtype
     ins, arrays = [], []
     for lt, role in zip(p.get_input_ports(), d.inputs):
-        t = g.Tensor(cp.query_logical_tensor(lt.id), ENG)
+        t = g.Tensor(cp.query_logical_tensor(lt.get_id()), ENG)
         x = rng.uniform(-5, 5, lt.shape)
         if role == "dst":
             fwd = "log_softmax" if op.kind.value.startswith("Log") else "softmax"
@@ -176,7 +176,7 @@ def run_case(doc, dt, inplace=False):
         ins.append(t)
         arrays.append(t.numpy().copy())
     (olt,) = p.get_output_ports()
-    out_lt = cp.query_logical_tensor(olt.id)
+    out_lt = cp.query_logical_tensor(olt.get_id())
     out = g.Tensor(out_lt, ENG, ins[0].get_data_handle() if inplace else None)
     cp.execute(STRM, ins, [out])
     STRM.wait()

@@ -1,10 +1,8 @@
 """The accuracy metric: error in units of the result dtype's eps.
 
-API.md section 1 defines accuracy per element as
+API.md section 1 defines accuracy per element as::
 
-.. math::
-
-   \\mathrm{err} = \\frac{|y - y_{ref}|}{\\mathrm{eps}(dtype) \\cdot \\max(1, |y_{ref}|)}
+    err = |y - y_ref| / (eps(dtype) * max(1, |y_ref|))
 
 with ``y_ref`` a float64 (long double for float64 results) oracle. This module
 is the one place that formula is written; the tests, the benchdnn-style driver

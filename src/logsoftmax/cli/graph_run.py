@@ -244,28 +244,28 @@ def _run(args) -> int:
         roles = g.SUPPORTED_OPS[op.kind]
         ins = []
         for lt, role in zip(p.get_input_ports(), roles.inputs):
-            clt = cp.query_logical_tensor(lt.id)
-            if lt.id not in buffers:
+            clt = cp.query_logical_tensor(lt.get_id())
+            if lt.get_id() not in buffers:
                 t = g.Tensor(clt, eng)
                 t.numpy()[...] = _fill(role, op.kind.value, clt, cp.axis, rng)
-                buffers[lt.id] = t
-            ins.append(buffers[lt.id])
+                buffers[lt.get_id()] = t
+            ins.append(buffers[lt.get_id()])
         originals = [t.numpy().copy() for t in ins]
         outs = []
         inplace = dict(cp.get_inplace_ports()) if args.inplace else {}
         for lt in p.get_output_ports():
-            clt = cp.query_logical_tensor(lt.id)
-            src = next((i for i, o in inplace.items() if o == lt.id), None)
+            clt = cp.query_logical_tensor(lt.get_id())
+            src = next((i for i, o in inplace.items() if o == lt.get_id()), None)
             if src is not None:
                 t = g.Tensor(clt, eng, buffers[src].get_data_handle())
             else:
                 t = g.Tensor(clt, eng)
                 t.numpy()[...] = np.nan  # unwritten elements fail the check
-            buffers[lt.id] = t
+            buffers[lt.get_id()] = t
             outs.append(t)
         cp.execute(strm, ins, outs)
         strm.wait()
-        dtname = outs[0].get_logical_tensor().dtype.name
+        dtname = outs[0].get_logical_tensor().get_data_type().name
         result = outs[0].numpy().copy()
         with logsoftmax.use_backend("reference"):
             fn = getattr(logsoftmax, roles.function)
@@ -280,7 +280,7 @@ def _run(args) -> int:
         print(
             f"{p.get_id()}: {op.kind.value} {op.name!r} axis={cp.axis} {dtname} "
             f"shape={list(clt.shape)} "
-            f"strides={list(ins[0].get_logical_tensor().strides)}"
+            f"strides={ins[0].get_logical_tensor().get_strides()}"
             f" in-place={'yes' if inplace else 'no'}"
         )
         print(

@@ -93,6 +93,10 @@ class LogicalTensor:
     (-1, or the whole rank unknown with ``shape=-1``), and compilation fills
     them in (query the compiled partition for the result).
 
+    Read it with oneDNN's getters (``get_id``, ``get_data_type``,
+    ``get_dims``, ``get_strides``, ``get_layout_type``, ``get_property_type``,
+    ``get_mem_size``); ``.shape`` is the one Pythonic alias, for ``get_dims()``.
+
     Overloads, as in oneDNN's C++ constructors::
 
         LogicalTensor(id, dtype, ndims, layout_type)       # dims unknown
@@ -265,41 +269,13 @@ class LogicalTensor:
         """Whether ``other`` has the same id, type, dims, layout and property."""
         return self == other
 
-    # -- Python properties ------------------------------------------------
-    @property
-    def id(self) -> int:
-        """The tensor's id."""
-        return self._id
-
-    @property
-    def dtype(self) -> DataType:
-        """The element data type."""
-        return self._dtype
-
-    @property
-    def ndims(self) -> int:
-        """The rank, or -1 if unknown."""
-        return UNKNOWN_NDIMS if self._dims is None else len(self._dims)
-
+    # -- the one Pythonic alias -------------------------------------------
     @property
     def shape(self) -> tuple[int, ...] | None:
-        """The dims as a tuple (-1 where unknown), or None if the rank is unknown."""
+        """The dims as a tuple (-1 where unknown), or None if the rank is
+        unknown: :meth:`get_dims` as numpy spells it (which raises instead of
+        returning None). The other attributes are read with oneDNN's getters."""
         return self._dims
-
-    @property
-    def strides(self) -> tuple[int, ...] | None:
-        """Strides in elements, or None unless strided with a known rank."""
-        return self._strides
-
-    @property
-    def layout_type(self) -> LayoutType:
-        """The layout type."""
-        return self._layout
-
-    @property
-    def property_type(self) -> PropertyType:
-        """The property type."""
-        return self._property
 
     # -- helpers ----------------------------------------------------------
     def is_complete(self) -> bool:

@@ -45,7 +45,7 @@ def make_view(
       ``(100, 8)`` array for ``[8, 100]``, a larger ``(8, 101)`` output, a
       ``(8, 100, 1)``: each is almost always a bug, API.md section 5).
     """
-    dt = lt.dtype.numpy_dtype
+    dt = lt.get_data_type().numpy_dtype
     shape = lt.shape
     bstrides = lt.byte_strides()
     if isinstance(buffer, np.ndarray):
@@ -53,14 +53,14 @@ def make_view(
             if buffer.dtype != dt:
                 raise fail(
                     f"buffer has dtype {buffer.dtype}, expected {dt} "
-                    f"({lt.dtype.name})"
+                    f"({lt.get_data_type().name})"
                 )
             if buffer.size > 1 and any(
                 n > 1 and s != b for n, s, b in zip(shape, buffer.strides, bstrides)
             ):
                 raise fail(
                     f"buffer has byte strides {list(buffer.strides)}, expected "
-                    f"{list(bstrides)} (element strides {list(lt.strides)}); pass "
+                    f"{list(bstrides)} (element strides {list(lt._strides)}); pass "
                     "an array with the logical tensor's layout or a flat buffer"
                 )
             return buffer
@@ -139,8 +139,8 @@ class Tensor:
             )
         if not isinstance(engine, Engine):
             raise InvalidArgumentError(
-                f"could not create tensor for logical tensor {logical_tensor.id}: "
-                f"engine must be an Engine, got {type(engine).__name__}"
+                "could not create tensor for logical tensor "
+                f"{logical_tensor.get_id()}: engine must be an Engine, got {type(engine).__name__}"
             )
         self._lt = logical_tensor
         self._engine = engine
@@ -149,24 +149,24 @@ class Tensor:
             if not logical_tensor.is_complete():
                 raise InvalidArgumentError(
                     f"could not allocate tensor for logical tensor "
-                    f"{logical_tensor.id}: its dims or strides are unknown "
+                    f"{logical_tensor.get_id()}: its dims or strides are unknown "
                     f"({logical_tensor.describe()})"
                 )
-            item = logical_tensor.dtype.numpy_dtype.itemsize
+            item = logical_tensor.get_data_type().numpy_dtype.itemsize
             buffer = np.zeros(logical_tensor.get_mem_size() // item,
-                              logical_tensor.dtype.numpy_dtype)
+                              logical_tensor.get_data_type().numpy_dtype)
         self._buffer = buffer
         self._bind()
 
     def _bind(self) -> None:
         lt = self._lt
         self._view = None
-        if lt.is_complete() and lt.dtype.numpy_dtype is not None:
+        if lt.is_complete() and lt.get_data_type().numpy_dtype is not None:
             self._view = make_view(
                 self._buffer,
                 lt,
                 lambda msg: InvalidArgumentError(
-                    f"could not create tensor for logical tensor {lt.id}: {msg}"
+                    f"could not create tensor for logical tensor {lt.get_id()}: {msg}"
                 ),
             )
 
@@ -201,7 +201,7 @@ class Tensor:
         """
         if self._view is None:
             raise InvalidArgumentError(
-                f"could not view tensor {self._lt.id}: its logical tensor has "
+                f"could not view tensor {self._lt.get_id()}: its logical tensor has "
                 f"unknown dims or strides ({self._lt.describe()})"
             )
         return self._view
