@@ -476,6 +476,22 @@ def test_main_job_quick_subset_runs_and_prints_a_table(capsys):
     assert "tests:6 passed:6" in out
 
 
+def test_main_job_shows_its_table_and_perf_lines_only_when_asked(capsys):
+    # one quick problem (the attention rows, bf16 backward), timed once
+    args = ("--quick", "--mode=P", "--match=BWD_D --sdt=bf16 .*1x16x128x384",
+            "--fix-times-per-prb=1")
+    rc, out, _ = _run(capsys, *args)
+    assert rc == 0, out
+    assert "perf," not in out and "0:EXECUTED __REPRO" in out
+    assert re.search(r"^quick-attn 1x16x128x384 .*bwd bf16 \|", out, re.M)  # table
+    rc, out, _ = _run(capsys, *args, "--perf-template=def")
+    assert rc == 0, out
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("perf,")]
+    assert line.startswith("perf,cpu,") and ",numpy" not in line  # values only
+    rc, out, _ = _run(capsys, *args, "--perf-template=%prb%:%state%")
+    assert "--softmax --dir=BWD_D" in out and ":EXECUTED\n" in out
+
+
 def _public() -> list[dict]:
     data = resources.files("logsoftmax").joinpath("data/problems_public.json")
     text = data.read_text()
