@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
-import time
 from typing import Any
 
 import numpy as np
@@ -219,9 +218,7 @@ def _fill(role: str, kind: str, lt, axis: int, rng) -> np.ndarray:
 
 
 def _run(args) -> int:
-    import logsoftmax
     from logsoftmax import graph as g
-    from logsoftmax.accuracy import eps_errors
 
     path = g.case_path(args.case) if args.case else args.path
     doc = rewrite(g.load_json(path), args.dt, args.in_shapes or (), args.op_attrs or ())
@@ -233,7 +230,7 @@ def _run(args) -> int:
     ops = {op.id: op for op in graph.get_ops()}
     print(f"case: {path}  partitions: {len(parts)}")
     failed = False
-    buffers: dict[int, g.Tensor] = {}
+    buffers: dict[int, Any] = {}  # logical-tensor id -> g.Tensor, shared downstream
     for p in parts:
         op = ops[p.get_ops()[0]]
         if not p.is_supported():
@@ -241,68 +238,102 @@ def _run(args) -> int:
             failed = True
             continue
         cp = p.compile(p.get_input_ports(), p.get_output_ports(), eng)
-        roles = g.SUPPORTED_OPS[op.kind]
-        ins = []
-        for lt, role in zip(p.get_input_ports(), roles.inputs):
-            clt = cp.query_logical_tensor(lt.get_id())
-            if lt.get_id() not in buffers:
-                t = g.Tensor(clt, eng)
-                t.numpy()[...] = _fill(role, op.kind.value, clt, cp.axis, rng)
-                buffers[lt.get_id()] = t
-            ins.append(buffers[lt.get_id()])
+        ins = _inputs(p, cp, op, buffers, eng, rng)
         originals = [t.numpy().copy() for t in ins]
-        outs = []
         inplace = dict(cp.get_inplace_ports()) if args.inplace else {}
-        for lt in p.get_output_ports():
-            clt = cp.query_logical_tensor(lt.get_id())
-            src = next((i for i, o in inplace.items() if o == lt.get_id()), None)
-            if src is not None:
-                t = g.Tensor(clt, eng, buffers[src].get_data_handle())
-            else:
-                t = g.Tensor(clt, eng)
-                t.numpy()[...] = np.nan  # unwritten elements fail the check
-            buffers[lt.get_id()] = t
-            outs.append(t)
+        outs = _outputs(p, cp, inplace, buffers, eng)
         cp.execute(strm, ins, outs)
         strm.wait()
-        dtname = outs[0].get_logical_tensor().get_data_type().name
-        result = outs[0].numpy().copy()
-        with logsoftmax.use_backend("reference"):
-            fn = getattr(logsoftmax, roles.function)
-            ref = fn(*originals, cp.axis, dtype=np.float64)
-        errs = eps_errors(result, ref, dtname)
-        err = float(errs.max()) if errs.size else 0.0
-        bad = int(np.count_nonzero(np.isinf(errs)))  # special-value mismatches
-        lim = limit(dtname, roles.function)
-        ok = err <= lim and bad == 0
-        failed |= not ok
         clt = outs[0].get_logical_tensor()
         print(
-            f"{p.get_id()}: {op.kind.value} {op.name!r} axis={cp.axis} {dtname} "
-            f"shape={list(clt.shape)} "
+            f"{p.get_id()}: {op.kind.value} {op.name!r} axis={cp.axis} "
+            f"{clt.get_data_type().name} shape={list(clt.shape)} "
             f"strides={ins[0].get_logical_tensor().get_strides()}"
             f" in-place={'yes' if inplace else 'no'}"
         )
-        print(
-            f"   accuracy: max err {err:.3g} eps (limit {lim:g})"
-            + (f", {bad} special-value mismatches" if bad else "")
-            + f"  {'PASSED' if ok else 'FAILED'}"
-        )
+        failed |= not _check(op, cp, originals, outs[0])
         if args.repeats > 0:
-            times = []
-            for _ in range(args.repeats):
-                t0 = time.perf_counter()
-                cp.execute(strm, ins, outs)
-                strm.wait()
-                times.append(time.perf_counter() - t0)
-            med = float(np.median(times))
-            nbytes = sum(t.get_logical_tensor().get_mem_size() for t in ins + outs)
-            print(
-                f"   perf: median {med * 1e3:.3f} ms (min {min(times) * 1e3:.3f} ms, "
-                f"{args.repeats} runs)  {nbytes / med / 1e9:.2f} GB/s"
-            )
+            _time(cp, strm, ins, outs, args.repeats)
     print("FAILED" if failed else "PASSED")
     return 1 if failed else 0
+
+
+def _inputs(p, cp, op, buffers: dict, eng, rng) -> list:
+    """The partition's input tensors: an upstream output, or filled here."""
+    from logsoftmax import graph as g
+
+    ins = []
+    for lt, role in zip(p.get_input_ports(), g.SUPPORTED_OPS[op.kind].inputs):
+        tid = lt.get_id()
+        if tid not in buffers:
+            clt = cp.query_logical_tensor(tid)
+            t = g.Tensor(clt, eng)
+            t.numpy()[...] = _fill(role, op.kind.value, clt, cp.axis, rng)
+            buffers[tid] = t
+        ins.append(buffers[tid])
+    return ins
+
+
+def _outputs(p, cp, inplace: dict, buffers: dict, eng) -> list:
+    """The partition's output tensors: over an input's buffer where running
+    in place, else new ones filled with NaN (unwritten elements fail)."""
+    from logsoftmax import graph as g
+
+    outs = []
+    for lt in p.get_output_ports():
+        tid = lt.get_id()
+        clt = cp.query_logical_tensor(tid)
+        src = next((i for i, o in inplace.items() if o == tid), None)
+        if src is not None:
+            t = g.Tensor(clt, eng, buffers[src].get_data_handle())
+        else:
+            t = g.Tensor(clt, eng)
+            t.numpy()[...] = np.nan
+        buffers[tid] = t
+        outs.append(t)
+    return outs
+
+
+def _check(op, cp, originals: list, out) -> bool:
+    """Print and return whether ``out`` is within :func:`limit` of the float64
+    reference backend, with every special value where the reference has it."""
+    import logsoftmax
+    from logsoftmax import graph as g
+    from logsoftmax.accuracy import eps_errors
+
+    function = g.SUPPORTED_OPS[op.kind].function
+    dtname = out.get_logical_tensor().get_data_type().name
+    with logsoftmax.use_backend("reference"):
+        ref = getattr(logsoftmax, function)(*originals, cp.axis, dtype=np.float64)
+    errs = eps_errors(out.numpy(), ref, dtname)
+    err = float(errs.max()) if errs.size else 0.0
+    bad = int(np.count_nonzero(np.isinf(errs)))  # special-value mismatches
+    lim = limit(dtname, function)
+    ok = err <= lim and bad == 0
+    print(
+        f"   accuracy: max err {err:.3g} eps (limit {lim:g})"
+        + (f", {bad} special-value mismatches" if bad else "")
+        + f"  {'PASSED' if ok else 'FAILED'}"
+    )
+    return ok
+
+
+def _time(cp, strm, ins: list, outs: list, repeats: int) -> None:
+    """Print the median and min time of ``repeats`` executions (the driver's
+    timing, one warm-up excluded) and the GB/s of the bytes the tensors span."""
+    from logsoftmax.driver.perf import measure
+
+    def run():
+        cp.execute(strm, ins, outs)
+        strm.wait()
+
+    timing = measure({"execute": run}, fix_times=repeats)["execute"]
+    med = timing.median_ms * 1e-3
+    nbytes = sum(t.get_logical_tensor().get_mem_size() for t in ins + outs)
+    print(
+        f"   perf: median {timing.median_ms:.3f} ms (min {timing.min_ms:.3f} ms, "
+        f"{repeats} runs)  {nbytes / med / 1e9:.2f} GB/s"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
