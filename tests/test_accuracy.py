@@ -25,6 +25,9 @@ def test_formula():
     assert max_eps_error(got[1:], ref[1:], np.float32) == pytest.approx(2.0, rel=1e-3)
     assert max_eps_error(got[1:], ref[1:]) == pytest.approx(2.0, rel=1e-3)  # y's dtype
     assert max_eps_error(got[:0], ref[:0], "f32") == 0.0
+    zero_d = eps_errors(np.float32(-np.inf), np.float64(-np.inf))  # 0-d
+    assert zero_d.shape == () and zero_d == 0.0
+    assert max_eps_error(np.float32(1 + EPS32), np.float64(1.0)) == 1.0
 
 
 def test_unit_is_the_named_dtype():

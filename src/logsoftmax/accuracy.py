@@ -75,7 +75,7 @@ def eps_errors(y, y_ref, dtype=None) -> np.ndarray:
     rw = ref.astype(wide)
     with np.errstate(all="ignore"):
         err = np.abs(yw - rw) / (wide.type(dtypes.eps(dt)) * np.maximum(1, np.abs(rw)))
-        err = err.astype(np.float64)
+        err = np.array(err, dtype=np.float64)  # an array even for 0-d inputs
     special = ~(np.isfinite(yw) & np.isfinite(rw))
     if special.any():
         ys, rs = yw[special], rw[special]
