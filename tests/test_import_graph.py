@@ -26,10 +26,6 @@ ALLOWED_CYCLES = {
     # Tensor <-> its ops (as tinygrad): Tensor's operators call the op classes,
     # and the op classes build Tensors.
     frozenset({"logsoftmax.autograd.tensor", "logsoftmax.autograd.nodes"}),
-    # Expected to be fixed (issue 13, the graph/driver helper): Graph.from_json
-    # and Graph.to_json forward to json_format, which builds Graphs. Drop this
-    # entry when that branch is merged.
-    frozenset({"logsoftmax.graph.graph", "logsoftmax.graph.json_format"}),
 }
 
 #: ground-floor modules: they import nothing from the faces above them
