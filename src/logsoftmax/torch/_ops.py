@@ -349,6 +349,56 @@ for _op, _grad, _setup in (
 
 
 # --------------------------------------------------------------------------
+# torch.func.vmap: one call on the whole batch (the batch becomes dim 0)
+# --------------------------------------------------------------------------
+def _batch_first(t: torch.Tensor, bdim, size: int) -> torch.Tensor:
+    """``t`` with the vmap batch as dim 0 (broadcast when ``t`` is unbatched)."""
+    return t.expand(size, *t.shape) if bdim is None else t.movedim(bdim, 0)
+
+
+def _vmap_forward(fn: str, op):
+    def rule(info, in_dims, x, dim):
+        x = _batch_first(x, in_dims[0], info.batch_size)
+        dim = check_dim(fn, dim, x.dim() - 1) + 1
+        if x.dim() == 1:  # per-sample 0-d tensors: one element each
+            return op(x.unsqueeze(1), 1).squeeze(1), 0
+        return op(x, dim), 0
+
+    return rule
+
+
+def _vmap_backward(fn: str, op):
+    def rule(info, in_dims, g, y, dim):
+        g = _batch_first(g, in_dims[0], info.batch_size)
+        y = _batch_first(y, in_dims[1], info.batch_size)
+        dim = check_dim(fn, dim, g.dim() - 1) + 1
+        if g.dim() == 1:
+            return op(g.unsqueeze(1), y.unsqueeze(1), 1).squeeze(1), 0
+        return op(g, y, dim), 0
+
+    return rule
+
+
+def _vmap_logsumexp(info, in_dims, x, dim, keepdim):
+    x = _batch_first(x, in_dims[0], info.batch_size)
+    axes = check_dims("logsumexp", dim, x.dim() - 1)
+    if x.dim() == 1:  # per-sample 0-d: the logsumexp of one element is itself
+        return x.clone(), 0
+    return _OPS.logsumexp.default(x, [a + 1 for a in axes], keepdim), 0
+
+
+_log_softmax_op.register_vmap(_vmap_forward("log_softmax", _OPS.log_softmax.default))
+_softmax_op.register_vmap(_vmap_forward("softmax", _OPS.softmax.default))
+_log_softmax_backward_op.register_vmap(
+    _vmap_backward("log_softmax_backward", _OPS.log_softmax_backward.default)
+)
+_softmax_backward_op.register_vmap(
+    _vmap_backward("softmax_backward", _OPS.softmax_backward.default)
+)
+_logsumexp_op.register_vmap(_vmap_logsumexp)
+
+
+# --------------------------------------------------------------------------
 # the eager path: kernels called directly, autograd through the same formulas
 # --------------------------------------------------------------------------
 def _function(name: str, kernel, setup, grad) -> type[torch.autograd.Function]:
