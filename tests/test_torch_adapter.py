@@ -544,3 +544,18 @@ def test_bfloat16_view_is_bit_exact():
     a = _ops.as_array(x)
     assert a.dtype == ml_dtypes.bfloat16
     np.testing.assert_array_equal(a.astype(np.float32), x.float().numpy())
+
+
+@pytest.mark.slow
+def test_drop_in_example_runs():
+    """examples/torch_drop_in.py --quick: curves agree, accuracy reached."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("sklearn")
+    example = Path(__file__).resolve().parent.parent / "examples" / "torch_drop_in.py"
+    run = subprocess.run([sys.executable, str(example), "--quick", "--plot", ""],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "within 1e-09" in run.stdout
