@@ -221,7 +221,8 @@ class _ClassLoss(Function):
         )
 
     def promote(self, dts):
-        return [_float_only(dts[:1])[0], None]
+        first = _float_only(dts[:1])
+        return None if first is None else [first[0], None]
 
 
 @register(_schema("nll_loss", AmpPolicy.FORCE_FP32, 2))
