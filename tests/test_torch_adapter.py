@@ -559,3 +559,14 @@ def test_drop_in_example_runs():
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "within 1e-09" in run.stdout
+
+
+def test_large_results_keep_torchs_layout():
+    """Results of >= 4 MiB live in numpy's memory (huge pages) but have
+    exactly ``torch.empty_like``'s strides, as the fake kernel says."""
+    assert _ops.LARGE_RESULT_BYTES <= 1 << 22
+    for x in (_rand(2048, 600, dtype=torch.float32).t(),
+              _rand(1200, 1800, dtype=torch.bfloat16)[:, ::2]):
+        y = lt.log_softmax(x, 0)
+        assert y.stride() == torch.empty_like(x).stride() and y.dtype == x.dtype
+        assert torch.equal(y, lt.log_softmax(x.contiguous(), 0))

@@ -13,8 +13,9 @@ strides for ``torch.compile``/``torch.export``; it validates like the real
 one, so a bad ``dim`` fails at trace time) and an autograd formula whose
 backward calls the registered backward operator, so double backward works.
 
-**Zero copy.** A real kernel allocates its result with ``torch.empty_like``
-(torch owns the memory, in the input's layout when that is dense) and hands
+**Zero copy.** A real kernel allocates its result in ``torch.empty_like``'s
+layout (the input's when that is dense; large CPU results in numpy's memory,
+see :func:`empty_like`) and hands
 the library's front door numpy *views* of the input and the result
 (``Tensor.numpy()`` shares memory at any strides; bfloat16 goes through a
 ``uint16`` view reinterpreted as ``ml_dtypes.bfloat16``), so the CPU kernels
@@ -148,6 +149,35 @@ def _as_tensor(a) -> torch.Tensor:
     return a
 
 
+#: CPU results of at least this many bytes live in numpy's memory (below)
+LARGE_RESULT_BYTES = 1 << 22
+
+
+def empty_like(t: torch.Tensor) -> torch.Tensor:
+    """``torch.empty_like(t)``: its shape, dtype, device and strides.
+
+    Large CPU results are allocated by numpy and wrapped with
+    ``torch.from_numpy`` (zero-copy; the tensor keeps the array alive): numpy
+    asks for transparent huge pages from 4 MiB up (see
+    ``backends/cpu/alloc.py``), torch's allocator does not, and first-touch
+    page faults on torch's fresh 16 MiB made a 1024x4096 float32
+    ``log_softmax`` ~1.3 ms (15%) slower (``benchmarks/bench_adapters.py``;
+    allocate-and-fill alone: 1.7 vs 1.0 ms). The layout is torch's own (read
+    from a ``meta`` tensor), so the fake kernels' strides stay exact.
+    """
+    nbytes = t.numel() * t.element_size()
+    if not t.is_cpu or nbytes < LARGE_RESULT_BYTES:
+        return torch.empty_like(t)
+    strides = torch.empty_like(t, device="meta").stride()
+    storage = np.dtype(np.uint16) if t.dtype is torch.bfloat16 else FLOAT_DTYPES[t.dtype]
+    flat = np.empty(t.numel(), storage)
+    view = np.lib.stride_tricks.as_strided(
+        flat, tuple(t.shape), tuple(s * flat.itemsize for s in strides)
+    )
+    out = torch.from_numpy(view)
+    return out.view(torch.bfloat16) if t.dtype is torch.bfloat16 else out
+
+
 def _flat0(t: torch.Tensor) -> torch.Tensor:
     """A 0-d tensor as one element (PyTorch's rule for the softmax family)."""
     return t.reshape(1) if t.dim() == 0 else t
@@ -159,7 +189,7 @@ def _flat0(t: torch.Tensor) -> torch.Tensor:
 def _forward_kernel(fn: str, compute, x: torch.Tensor, dim: int) -> torch.Tensor:
     check_float(fn, "x", x)
     dim = check_dim(fn, dim, x.dim())
-    y = torch.empty_like(x)
+    y = empty_like(x)
     compute(as_array(_flat0(x)), dim, out=as_array(_flat0(y)))
     return y
 
@@ -167,7 +197,7 @@ def _forward_kernel(fn: str, compute, x: torch.Tensor, dim: int) -> torch.Tensor
 def _backward_kernel(fn: str, compute, g: torch.Tensor, y: torch.Tensor, dim: int):
     check_pair(fn, g, y)
     dim = check_dim(fn, dim, g.dim())
-    dx = torch.empty_like(g)
+    dx = empty_like(g)
     compute(as_array(_flat0(g)), as_array(_flat0(y)), dim, out=as_array(_flat0(dx)))
     return dx
 
