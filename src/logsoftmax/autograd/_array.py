@@ -2,8 +2,9 @@
 
 A :class:`~logsoftmax.autograd.Tensor` holds a backend array: a numpy array,
 a dask array, or a torch (CUDA) tensor. Everything autograd does to arrays
-outside the front door (:mod:`logsoftmax._api`) goes through this module, so
-supporting another array type means extending these functions only.
+goes through this module, so supporting another array type means extending
+these functions only. The fused kernels are called on the selected backend
+directly (the dispatcher has validated the inputs; see the bottom section).
 
 - numpy and dask arrays share one path: numpy functions dispatch to dask
   through ``__array_function__`` / ``__array_ufunc__`` and methods
@@ -27,7 +28,13 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from ..backends import is_dask_array, is_torch_tensor, numpy_dtype, torch_dtype
+from ..backends import (
+    is_dask_array,
+    is_torch_tensor,
+    numpy_dtype,
+    select_backend,
+    torch_dtype,
+)
 
 __all__ = [
     "is_array",
@@ -52,6 +59,10 @@ __all__ = [
     "scatter",
     "scatter_sub_",
     "check_targets",
+    "log_softmax",
+    "softmax",
+    "log_softmax_backward",
+    "softmax_backward",
 ]
 
 _LOW = dtypes.LOW_PRECISION
@@ -307,3 +318,30 @@ def check_targets(target, ignored, num_classes: int, fn: str) -> None:
             f"{num_classes} classes; expected indices in [0, {num_classes}) or "
             "ignore_index"
         )
+
+
+# ---------------------------------------------------------------------------
+# the fused kernels, on arrays the dispatcher has already validated
+# ---------------------------------------------------------------------------
+# An op's ``compute`` runs after ``dispatch`` promoted its inputs to a
+# supported floating dtype (and a common one for the backward's pair) and
+# its ``prepare`` canonicalised the axis (through ``_api.canonical_axis``),
+# so these call the selected backend (``use_backend`` or by array type, as
+# the front door does) without the front door's second round of checks:
+# ~10 us per call, 2 calls per training step of a classifier (measured in
+# docs/performance.md, "Autograd per step").
+def log_softmax(a, axis: int):
+    return select_backend(a).log_softmax(a, axis, None, dtype_of(a))
+
+
+def softmax(a, axis: int, dtype: np.dtype | None = None):
+    """``softmax(a)``, rounded once to ``dtype`` (default: ``a``'s)."""
+    return select_backend(a).softmax(a, axis, None, dtype or dtype_of(a))
+
+
+def log_softmax_backward(g, y, axis: int):
+    return select_backend(g).log_softmax_backward(g, y, axis, None, dtype_of(g))
+
+
+def softmax_backward(g, y, axis: int):
+    return select_backend(g).softmax_backward(g, y, axis, None, dtype_of(g))
