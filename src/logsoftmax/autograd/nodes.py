@@ -356,7 +356,7 @@ class Linear(Function):
     def compute(self, x, w, b):
         y = _array.matmul(x, _array.swap_last(w))
         if b is not None:
-            y = y + b
+            y += b  # into the fresh product: one pass and no second (N, out) array
         return y
 
     def backward(self, g):
