@@ -4,9 +4,10 @@ XLA calls a *handler*, a C function ``XLA_FFI_Error* (XLA_FFI_CallFrame*)``,
 from inside a compiled computation: no Python, no GIL, no copies. The
 handlers here are numba ``cfunc``\\ s that read the call frame (the structs
 of ``xla/ffi/api/c_api.h``, by offset), wrap XLA's buffers as arrays and
-run the library's serial CPU kernels (:mod:`logsoftmax.backends.cpu.kernels`)
-on them, choosing kernels as the CPU backend's planner does for a dense
-row-major array, so the bits are the front door's (tests compare them).
+run the library's serial CPU kernels on them (:mod:`~logsoftmax.backends.cpu`:
+``rows`` and ``columns``, ``float64`` for float64), choosing the form the CPU
+backend's layout chooses for a dense row-major array, so the bits are the
+front door's (tests compare them).
 
 Why this and not :func:`jax.pure_callback` (measured in
 ``benchmarks/bench_adapters.py``, docs/jax.md): a host callback costs
@@ -41,9 +42,12 @@ from numba import carray, cfunc, njit, types
 from numba.extending import intrinsic
 
 from .. import dtypes
-from ..backends.cpu import kernels as K
+from ..backends.cpu import columns as C
+from ..backends.cpu import float64 as F64
+from ..backends.cpu import rows as R
+from ..backends.cpu import segment as S
 from ..backends.cpu._simd import store
-from ..backends.cpu.layout import SHORT_ROW, storage_dtype
+from ..backends.cpu.layout import storage_dtype
 
 __all__ = ["target", "KINDS"]
 
@@ -179,81 +183,139 @@ def _split(buf: int, axis: int):
 
 
 # --------------------------------------------------------------------------
-# kernel choice: the CPU backend's plan for a dense row-major array
+# kernel choice: the CPU backend's plan for dense row-major operands
 # --------------------------------------------------------------------------
+# A dense row-major array reduced along one axis is ``(outer, n, inner)``.
+# The backend's layout (backends/cpu/layout.py) makes that a column problem
+# when ``inner > 1`` (and ``n > 1``), else rows, ``outer * inner`` of them
+# (with ``n == 1`` every element is a row). Every kernel runs the same
+# per-row arithmetic, so any form gives the front door's bits (tested).
 @njit
-def _tile(n: int, ni: int) -> int:
-    """The CPU backend's inner tile width (``backends/cpu/__init__._tile``)."""
-    rows = min(n, K.CHUNK)
-    return min(max(16, min(1024, (262144 // rows) // 16 * 16)), ni)
-
-
-@njit
-def _inner_form(outer: int, n: int, inner: int) -> bool:
-    """Whether the tile kernels run it: a non-last axis, or many short rows
-    (``layout.plan``: rows of at most SHORT_ROW become the vectorised dim)."""
-    return n > 1 and (inner > 1 or (outer > 1 and n <= SHORT_ROW))
-
-
-@njit
-def _geometry(outer: int, n: int, inner: int):
-    """``(n1, ni, g)``: the kernels' outer size, inner size and the
-    ``[offset, s1, s2, sn, si]`` geometry of the operands."""
-    g = np.zeros(5, np.int64)
-    if not _inner_form(outer, n, inner):
-        # rows: inner == 1, or n == 1 (then every element is a row)
-        g[1], g[3] = n, 1  # row r starts at r * n
-        return outer * inner, 1, g
-    if inner > 1:
-        g[1], g[3], g[4] = n * inner, inner, 1
-        return outer, inner, g
-    g[3], g[4] = 1, n  # short rows: the row index is the inner dim
-    return 1, outer, g
+def _geometry(outer: int, n: int, inner: int, nops: int):
+    """The row/column kernels' geometry ``[n1, n2, n, ni, (off, s1, s2, sn,
+    si) per operand]`` for ``nops`` operands of one dense shape."""
+    g = np.zeros(4 + 5 * nops, np.int64)
+    columns_ = inner > 1 and n > 1
+    g[0], g[1], g[2] = (outer if columns_ else outer * inner), 1, n
+    g[3] = inner if columns_ else 1
+    for o in range(nops):
+        b = 4 + 5 * o
+        if columns_:
+            g[b + 1], g[b + 3], g[b + 4] = n * inner, inner, 1
+        else:
+            g[b + 1], g[b + 3] = n, 1
+    return g
 
 
 @njit
-def _forward(xb, ob, outer, n, inner, op):
-    n1, ni, g = _geometry(outer, n, inner)
-    if ni > 1:
-        K.fwd_inner_serial(xb, g, ob, g, n1, 1, n, ni, op, _tile(n, ni))
+def _tiles(g) -> int:
+    return g[0] * ((g[3] + C.TILE - 1) // C.TILE)
+
+
+@njit
+def _forward(xb, ob, outer, n, inner, op, accurate):
+    g = _geometry(outer, n, inner, 2)
+    if g[3] > 1:
+        C.forward_tiles(xb, ob, g, op, accurate, 0, _tiles(g))
+    elif n <= S.CHUNK:
+        R.forward_short(xb, ob, g, op, accurate, 0, g[0])
     else:
-        K.fwd_rows_serial(xb, g, ob, g, n1, 1, n, op, 0)
+        R.forward_range(xb, ob, g, op, accurate, 0, g[0])
 
 
 @njit
-def _backward(db, yb, ob, outer, n, inner, op):
-    n1, ni, g = _geometry(outer, n, inner)
-    if ni > 1:
-        K.bwd_inner_serial(db, g, yb, g, ob, g, n1, 1, n, ni, op, _tile(n, ni))
+def _backward(db, yb, ob, outer, n, inner, op, accurate):
+    g = _geometry(outer, n, inner, 3)
+    if g[3] > 1:
+        C.backward_tiles(db, yb, ob, g, op, accurate, 0, _tiles(g))
+    elif n <= S.CHUNK:
+        R.backward_short(db, yb, ob, g, op, accurate, 0, g[0])
     else:
-        K.bwd_rows_serial(db, g, yb, g, ob, g, n1, 1, n, op, 0)
+        R.backward_range(db, yb, ob, g, op, accurate, 0, g[0])
 
 
 @njit
-def _logsumexp(xb, ob, outer, n, inner):
+def _logsumexp(xb, ob, outer, n, inner, accurate):
     """Reduce into float64, then round once into ``ob`` (as the backend)."""
     res = np.empty(outer * inner, np.float64)
     if n == 0:
         res[:] = -np.inf
     else:
-        n1, ni, g = _geometry(outer, n, inner)
-        rg = np.zeros(5, np.int64)
-        if ni > 1:
-            rg[1], rg[4] = (ni if n1 > 1 else 0), 1
-            K.lse_inner_serial(xb, g, res, rg, n1, 1, n, ni, _tile(n, ni))
+        g = _geometry(outer, n, inner, 2)
+        g[9 + 3] = 0  # the result: one element per row or column
+        if g[3] > 1:
+            g[9 + 1] = inner
+            C.logsumexp_tiles(xb, res, g, 0, _tiles(g))
         else:
-            rg[1] = 1
-            K.lse_rows_serial(xb, g, res, rg, n1, 1, n)
+            g[9 + 1] = 1
+            R.logsumexp_range(xb, res, g, 0, g[0])
     for i in range(res.size):
         store(ob, i, res[i])
+
+
+# float64: the double-double kernels (backends/cpu/float64.py), one
+# [off, s1, s2, sn, si] geometry array per operand
+@njit
+def _geometry64(outer: int, n: int, inner: int):
+    """``(n1, ni, g)`` for dense operands (all share ``g``)."""
+    g = np.zeros(5, np.int64)
+    if inner > 1 and n > 1:
+        g[1], g[3], g[4] = n * inner, inner, 1
+        return outer, inner, g
+    g[1], g[3] = n, 1
+    return outer * inner, 1, g
+
+
+@njit
+def _tile64(n: int, ni: int) -> int:
+    """The float64 column kernels' tile width (``backends/cpu._f64_tile``)."""
+    r = min(n, F64.CHUNK)
+    return min(max(16, min(1024, (262144 // r) // 16 * 16)), ni)
+
+
+@njit
+def _forward64(xb, ob, outer, n, inner, op, accurate):
+    n1, ni, g = _geometry64(outer, n, inner)
+    if ni > 1:
+        F64.fwd_inner_serial(xb, g, ob, g, n1, 1, n, ni, op, _tile64(n, ni))
+    else:
+        F64.fwd_rows_serial(xb, g, ob, g, n1, 1, n, op, 0)
+
+
+@njit
+def _backward64(db, yb, ob, outer, n, inner, op, accurate):
+    n1, ni, g = _geometry64(outer, n, inner)
+    if ni > 1:
+        F64.bwd_inner_serial(db, g, yb, g, ob, g, n1, 1, n, ni, op, _tile64(n, ni))
+    else:
+        F64.bwd_rows_serial(db, g, yb, g, ob, g, n1, 1, n, op, 0)
+
+
+@njit
+def _logsumexp64(xb, ob, outer, n, inner, accurate):
+    if n == 0:
+        ob[:] = -np.inf
+        return
+    n1, ni, g = _geometry64(outer, n, inner)
+    rg = np.zeros(5, np.int64)
+    if ni > 1:
+        rg[1], rg[4] = inner, 1
+        F64.lse_inner_serial(xb, g, ob, rg, n1, 1, n, ni, _tile64(n, ni))
+    else:
+        rg[1] = 1
+        F64.lse_rows_serial(xb, g, ob, rg, n1, 1, n)
 
 
 # --------------------------------------------------------------------------
 # the handlers (one per kind and storage dtype, built on first use)
 # --------------------------------------------------------------------------
-# Each is compiled from one of these functions with the global ``STORAGE``
-# set to the dtype's storage type (bfloat16 as uint16, float16 as int16).
+# Each is compiled from one of these functions with its globals set for the
+# dtype: ``STORAGE`` (bfloat16 as uint16, float16 as int16), the kernel
+# choice (``FORWARD`` ..., the float64 ones for float64) and ``FLOAT32`` (the
+# backend's float64-term rows for float32 results of at most segment.SHORT).
 STORAGE = np.float32
+FLOAT32 = True
+FORWARD, BACKWARD, LOGSUMEXP = _forward, _backward, _logsumexp
 
 
 def _fwd_handler(frame_p):
@@ -265,7 +327,8 @@ def _fwd_handler(frame_p):
         if size > 0:
             xb = carray(_ptr(_i64(x + _BUF_DATA)), size, STORAGE)
             yb = carray(_ptr(_i64(y + _BUF_DATA)), size, STORAGE)
-            _forward(xb, yb, outer, n, inner, _attr(frame, ord("o")))
+            accurate = FLOAT32 and n <= S.SHORT
+            FORWARD(xb, yb, outer, n, inner, _attr(frame, ord("o")), accurate)
     return _ptr(0)  # NULL: no error
 
 
@@ -281,7 +344,8 @@ def _bwd_handler(frame_p):
             db = carray(_ptr(_i64(d + _BUF_DATA)), size, STORAGE)
             yb = carray(_ptr(_i64(y + _BUF_DATA)), size, STORAGE)
             ob = carray(_ptr(_i64(o + _BUF_DATA)), size, STORAGE)
-            _backward(db, yb, ob, outer, n, inner, _attr(frame, ord("o")))
+            accurate = FLOAT32 and n <= S.SHORT
+            BACKWARD(db, yb, ob, outer, n, inner, _attr(frame, ord("o")), accurate)
     return _ptr(0)
 
 
@@ -293,7 +357,7 @@ def _lse_handler(frame_p):
         if outer * inner > 0:
             xb = carray(_ptr(_i64(x + _BUF_DATA)), outer * n * inner, STORAGE)
             rb = carray(_ptr(_i64(r + _BUF_DATA)), outer * inner, STORAGE)
-            _logsumexp(xb, rb, outer, n, inner)
+            LOGSUMEXP(xb, rb, outer, n, inner, True)
     return _ptr(0)
 
 
@@ -310,9 +374,17 @@ def target(kind: str, dtype) -> str:
     # A copy of the source function whose global STORAGE is this dtype's;
     # its own qualname keeps numba's on-disk cache entries apart (the cache
     # is keyed by qualname and bytecode, not by globals).
+    f64 = dtype == dtypes.float64
     fn = pytypes.FunctionType(
         src.__code__,
-        {**src.__globals__, "STORAGE": storage_dtype(dtype).type},
+        {
+            **src.__globals__,
+            "STORAGE": storage_dtype(dtype).type,
+            "FLOAT32": dtype == dtypes.float32,
+            "FORWARD": _forward64 if f64 else _forward,
+            "BACKWARD": _backward64 if f64 else _backward,
+            "LOGSUMEXP": _logsumexp64 if f64 else _logsumexp,
+        },
         name,
     )
     fn.__qualname__ = name
