@@ -49,8 +49,8 @@ def _bits(a) -> np.ndarray:
 # --------------------------------------------------------------------------
 CASES = [
     ((7,), 0),  # one short row
-    ((5, 9), 1),  # short rows: the tile kernels, rows vectorised
-    ((5, 9), 0),  # a non-last axis
+    ((5, 9), 1),  # short rows
+    ((5, 9), 0),  # a non-last axis: the column kernels
     ((3, 4, 40), 1),  # outer and inner
     ((2, 5000), 1),  # long rows, two chunks
     ((1, 9), 0),  # a length-1 axis: every element is a row
