@@ -13,13 +13,13 @@ strides for ``torch.compile``/``torch.export``; it validates like the real
 one, so a bad ``dim`` fails at trace time) and an autograd formula whose
 backward calls the registered backward operator, so double backward works.
 
-**Zero copy.** A real kernel allocates its result in ``torch.empty_like``'s
-layout (the input's when that is dense; large CPU results in numpy's memory,
-see :func:`empty_like`) and hands
-the library's front door numpy *views* of the input and the result
-(``Tensor.numpy()`` shares memory at any strides; bfloat16 goes through a
-``uint16`` view reinterpreted as ``ml_dtypes.bfloat16``), so the CPU kernels
-read and write torch's memory directly. CUDA tensors go to the front door as
+**Zero copy.** A real kernel hands the library's front door numpy *views*
+of its inputs (``Tensor.numpy()`` shares memory at any strides; bfloat16 goes
+through a ``uint16`` view reinterpreted as ``ml_dtypes.bfloat16``), so the
+CPU kernels read torch's memory directly. The result has
+``torch.empty_like``'s layout: for a contiguous input the front door
+allocates it and the array is wrapped with ``torch.from_numpy``; otherwise
+it is allocated in that layout and passed as ``out=`` (see ``_wrap``). CUDA tensors go to the front door as
 they are and run on the CUDA backend. Tensors on any other device raise
 ``NotImplementedError`` naming the device.
 
@@ -184,21 +184,38 @@ def _flat0(t: torch.Tensor) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------
-# real kernels: validate, allocate in torch, run the front door on views
+# real kernels: validate, run the front door on views, wrap the result
 # --------------------------------------------------------------------------
+# Where the result comes from. For a contiguous input the front door
+# allocates it (C order, as torch.empty_like gives) and the array is wrapped
+# with torch.from_numpy: zero-copy, and ~15-25 us cheaper per small call than
+# passing a torch-allocated ``out=``, whose aliasing checks in the front door
+# cost more than the kernel (8x10 float32: 9 vs 24 us forward, 11 vs 35 us
+# backward; benchmarks/bench_adapters.py). Any other layout gets a result in
+# torch.empty_like's layout through ``out=`` (:func:`empty_like`), so the
+# fake kernels' strides hold either way.
+def _wrap(a, like: torch.Tensor) -> torch.Tensor:
+    t = _as_tensor(a)
+    return t.reshape(()) if like.dim() == 0 else t
+
+
 def _forward_kernel(fn: str, compute, x: torch.Tensor, dim: int) -> torch.Tensor:
     check_float(fn, "x", x)
     dim = check_dim(fn, dim, x.dim())
+    if x.is_contiguous():
+        return _wrap(compute(as_array(_flat0(x)), dim), x)
     y = empty_like(x)
-    compute(as_array(_flat0(x)), dim, out=as_array(_flat0(y)))
+    compute(as_array(x), dim, out=as_array(y))
     return y
 
 
 def _backward_kernel(fn: str, compute, g: torch.Tensor, y: torch.Tensor, dim: int):
     check_pair(fn, g, y)
     dim = check_dim(fn, dim, g.dim())
+    if g.is_contiguous():
+        return _wrap(compute(as_array(_flat0(g)), as_array(_flat0(y)), dim), g)
     dx = empty_like(g)
-    compute(as_array(_flat0(g)), as_array(_flat0(y)), dim, out=as_array(_flat0(dx)))
+    compute(as_array(g), as_array(y), dim, out=as_array(dx))
     return dx
 
 
