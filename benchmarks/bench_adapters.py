@@ -225,25 +225,19 @@ def main(argv=None) -> int:
         f"median of {rounds} interleaved rounds (shared machine: compare within a row)."
     )
     print(head)
-    if args.only in (None, "torch"):
-        import torch
-
-        torch.set_num_threads(1)
-        print(f"\nPyTorch {torch.__version__}")
-        rows = bench_torch(shapes, rounds)
+    for name, bench in (("torch", bench_torch), ("jax", bench_jax)):
+        if args.only not in (None, name):
+            continue
+        module = __import__(name)
+        if name == "torch":
+            module.set_num_threads(1)
+        title = {"torch": "PyTorch", "jax": "JAX"}[name]
+        print(f"\n{title} {module.__version__}")
+        rows = bench(shapes, rounds)
         if not args.quick:
-            cmd = "`python benchmarks/bench_adapters.py` (`--only torch`)"
-            write_section(ROOT / "docs" / "torch.md", "bench_adapters.py:torch",
-                          [f"{head} PyTorch {torch.__version__}; {cmd}.", "", *rows])
-    if args.only in (None, "jax"):
-        import jax
-
-        print(f"\nJAX {jax.__version__}")
-        rows = bench_jax(shapes, rounds)
-        if not args.quick:
-            cmd = "`python benchmarks/bench_adapters.py` (`--only jax`)"
-            write_section(ROOT / "docs" / "jax.md", "bench_adapters.py:jax",
-                          [f"{head} JAX {jax.__version__}; {cmd}.", "", *rows])
+            cmd = f"`python benchmarks/bench_adapters.py` (`--only {name}`)"
+            write_section(ROOT / "docs" / f"{name}.md", f"bench_adapters.py:{name}",
+                          [f"{head} {title} {module.__version__}; {cmd}.", "", *rows])
     return 0
 
 

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
+
+from train_digits import batches, load_data  # the library's own example's data
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_ACCURACY = 0.95
@@ -49,6 +52,35 @@ def epoch_logger(name: str, epochs: int):
                   f"{h['epoch'][-1]:.6f}, test accuracy {h['acc'][-1]:.2%}", flush=True)
 
     return log
+
+
+def fit(args, n_train: int, step, test_accuracy, log) -> dict:
+    """The epochs of one run: ``step(idx)`` trains on a batch of indices and
+    returns its loss, ``test_accuracy()`` evaluates. Returns the history."""
+    rng = np.random.default_rng(args.seed + 1)
+    hist = {"step": [], "epoch": [], "acc": []}
+    for epoch in range(epochs_of(args)):
+        losses = [step(idx) for idx in batches(n_train, args.batch, rng)]
+        hist["step"] += losses
+        hist["epoch"].append(float(np.mean(losses)))
+        hist["acc"].append(test_accuracy())
+        log(epoch, hist)
+    return hist
+
+
+def compare(args, train, variants, title: str) -> int:
+    """Train once per ``(name, thing)`` in ``variants`` (the reference first,
+    then ours) with ``train(thing, data, args, log)``; report and plot."""
+    data = load_data(args.seed, np.float64)
+    epochs = epochs_of(args)
+    runs = {}
+    for name, thing in variants:
+        t0 = time.perf_counter()
+        runs[name] = train(thing, data, args, epoch_logger(name, epochs))
+        print(f"{name}: test accuracy {runs[name]['acc'][-1]:.2%} after {epochs} epochs "
+              f"({len(runs[name]['step'])} steps, {time.perf_counter() - t0:.1f} s)")
+    (ref, _), (ours, _) = variants
+    return finish(args, runs, ref, ours, title)
 
 
 def finish(args, runs: dict, ref: str, ours: str, title: str) -> int:

@@ -21,7 +21,6 @@ accuracy misses 95%.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -32,7 +31,6 @@ import logsoftmax.jax as lj
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import drop_in  # noqa: E402
-from train_digits import batches, load_data  # noqa: E402  (the same data and split)
 
 
 def init(seed: int, dtype) -> list:
@@ -77,39 +75,27 @@ def train(log_softmax, data, args, log) -> dict:
         params = jax.tree.map(lambda p, v: p - lr * v, params, velocity)
         return params, velocity
 
-    params = init(args.seed, dtype)
-    velocity = jax.tree.map(jnp.zeros_like, params)
-    rng = np.random.default_rng(args.seed + 1)
-    hist = {"step": [], "epoch": [], "acc": []}
-    for epoch in range(drop_in.epochs_of(args)):
-        losses = []
-        for idx in batches(len(x_tr), args.batch, rng):
-            loss, grads = grad_step(params, x_tr[idx], y_tr[idx])
-            params, velocity = sgd(params, velocity, grads)
-            losses.append(float(loss))
-        acc = float(jnp.mean(jnp.argmax(logits(params, x_te), 1) == y_te))
-        hist["step"] += losses
-        hist["epoch"].append(float(np.mean(losses)))
-        hist["acc"].append(acc)
-        log(epoch, hist)
-    return hist
+    state = {"params": init(args.seed, dtype)}
+    state["velocity"] = jax.tree.map(jnp.zeros_like, state["params"])
+
+    def step(idx) -> float:
+        loss, grads = grad_step(state["params"], x_tr[idx], y_tr[idx])
+        state["params"], state["velocity"] = sgd(state["params"], state["velocity"], grads)
+        return float(loss)
+
+    def test_accuracy() -> float:
+        return float(jnp.mean(jnp.argmax(logits(state["params"], x_te), 1) == y_te))
+
+    return drop_in.fit(args, len(x_tr), step, test_accuracy, log)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = drop_in.parser(__doc__, "jax_drop_in.png").parse_args(argv)
     if args.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
-    data = load_data(args.seed, np.float64)
-    epochs = drop_in.epochs_of(args)
-    runs = {}
-    for name, log_softmax in (("jax.nn.log_softmax", jax.nn.log_softmax),
-                              ("lj.log_softmax", lj.log_softmax)):
-        t0 = time.perf_counter()
-        runs[name] = train(log_softmax, data, args, drop_in.epoch_logger(name, epochs))
-        print(f"{name}: test accuracy {runs[name]['acc'][-1]:.2%} after {epochs} epochs "
-              f"({len(runs[name]['step'])} steps, {time.perf_counter() - t0:.1f} s)")
-    return drop_in.finish(args, runs, "jax.nn.log_softmax", "lj.log_softmax",
-                          "digits MLP 64-128-10 in JAX")
+    variants = [("jax.nn.log_softmax", jax.nn.log_softmax),
+                ("lj.log_softmax", lj.log_softmax)]
+    return drop_in.compare(args, train, variants, "digits MLP 64-128-10 in JAX")
 
 
 if __name__ == "__main__":

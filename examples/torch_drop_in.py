@@ -22,10 +22,8 @@ accuracy misses 95%.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -33,7 +31,6 @@ import logsoftmax.torch as lt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import drop_in  # noqa: E402
-from train_digits import batches, load_data  # noqa: E402  (the same data and split)
 
 
 def make_model(dtype: torch.dtype, seed: int) -> torch.nn.Module:
@@ -51,25 +48,20 @@ def train(loss_fn, data, args, log) -> dict:
     x_tr, x_te = x_tr.to(dtype), x_te.to(dtype)
     model = make_model(dtype, args.seed)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-    rng = np.random.default_rng(args.seed + 1)
-    hist = {"step": [], "epoch": [], "acc": []}
-    for epoch in range(drop_in.epochs_of(args)):
-        losses = []
-        for idx in batches(len(x_tr), args.batch, rng):
-            idx = torch.from_numpy(idx)
-            loss = loss_fn(model(x_tr[idx]), y_tr[idx],
-                           label_smoothing=args.label_smoothing)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+
+    def step(idx) -> float:
+        idx = torch.from_numpy(idx)
+        loss = loss_fn(model(x_tr[idx]), y_tr[idx], label_smoothing=args.label_smoothing)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    def test_accuracy() -> float:
         with torch.no_grad():
-            acc = (model(x_te).argmax(1) == y_te).double().mean().item()
-        hist["step"] += losses
-        hist["epoch"].append(float(np.mean(losses)))
-        hist["acc"].append(acc)
-        log(epoch, hist)
-    return hist
+            return (model(x_te).argmax(1) == y_te).double().mean().item()
+
+    return drop_in.fit(args, len(x_tr), step, test_accuracy, log)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,17 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--label-smoothing", type=float, default=0.0)
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # tiny matrices: threads cost more than they save
-    data = load_data(args.seed, np.float64)
-    epochs = drop_in.epochs_of(args)
-    runs = {}
-    for name, loss_fn in (("F.cross_entropy", F.cross_entropy),
-                          ("lt.cross_entropy", lt.cross_entropy)):
-        t0 = time.perf_counter()
-        runs[name] = train(loss_fn, data, args, drop_in.epoch_logger(name, epochs))
-        print(f"{name}: test accuracy {runs[name]['acc'][-1]:.2%} after {epochs} epochs "
-              f"({len(runs[name]['step'])} steps, {time.perf_counter() - t0:.1f} s)")
-    return drop_in.finish(args, runs, "F.cross_entropy", "lt.cross_entropy",
-                          "digits MLP 64-128-10 in PyTorch")
+    variants = [("F.cross_entropy", F.cross_entropy),
+                ("lt.cross_entropy", lt.cross_entropy)]
+    return drop_in.compare(args, train, variants, "digits MLP 64-128-10 in PyTorch")
 
 
 if __name__ == "__main__":

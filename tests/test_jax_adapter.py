@@ -236,18 +236,3 @@ def test_training_loss_curve_matches_jax():
         ours, theirs = _train(lj.log_softmax), _train(jax.nn.log_softmax)
     assert ours[-1] < 0.6 * ours[0]
     np.testing.assert_allclose(ours, theirs, rtol=1e-9)
-
-
-@pytest.mark.slow
-def test_drop_in_example_runs():
-    """examples/jax_drop_in.py --quick: curves agree, accuracy reached."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    pytest.importorskip("sklearn")
-    example = Path(__file__).resolve().parent.parent / "examples" / "jax_drop_in.py"
-    run = subprocess.run([sys.executable, str(example), "--quick", "--plot", ""],
-                         capture_output=True, text=True)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "within 1e-09" in run.stdout

@@ -548,20 +548,6 @@ def test_bfloat16_view_is_bit_exact():
     np.testing.assert_array_equal(a.astype(np.float32), x.float().numpy())
 
 
-@pytest.mark.slow
-def test_drop_in_example_runs():
-    """examples/torch_drop_in.py --quick: curves agree, accuracy reached."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    pytest.importorskip("sklearn")
-    example = Path(__file__).resolve().parent.parent / "examples" / "torch_drop_in.py"
-    run = subprocess.run([sys.executable, str(example), "--quick", "--plot", ""],
-                         capture_output=True, text=True)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "within 1e-09" in run.stdout
-
 
 def test_large_results_keep_torchs_layout():
     """Results of >= 4 MiB live in numpy's memory (huge pages) but have

@@ -99,18 +99,37 @@ def _kernel(kind: str, shape, *arrays, axis: int, op: int = 0) -> jax.Array:
 
 
 # --------------------------------------------------------------------------
-# fused backward ops (custom_vjp themselves: second order)
+# the softmax family: forward and fused backward, each a custom_vjp
 # --------------------------------------------------------------------------
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _log_softmax_backward(g, y, axis):
-    return _kernel("bwd", g.shape, g, y, axis=axis, op=_LOG_SOFTMAX)
+def _fused_backward(op: int, second_order):
+    """The fused backward kernel ``op`` as a ``custom_vjp`` of ``(g, y)``
+    whose own gradient is ``second_order(axis, (g, y), v)``."""
+
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+    def backward(g, y, axis):
+        return _kernel("bwd", g.shape, g, y, axis=axis, op=op)
+
+    backward.defvjp(lambda g, y, axis: (backward(g, y, axis), (g, y)), second_order)
+    return backward
 
 
-def _log_softmax_backward_fwd(g, y, axis):
-    return _log_softmax_backward(g, y, axis), (g, y)
+def _forward(op: int, backward):
+    """The forward kernel ``op`` as a ``custom_vjp`` of ``x`` that saves its
+    output (not its input) for ``backward(g, y, axis)``."""
+
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+    def forward(x, axis):
+        return _kernel("fwd", x.shape, x, axis=axis, op=op)
+
+    def save_output(x, axis):
+        y = forward(x, axis)
+        return y, y
+
+    forward.defvjp(save_output, lambda axis, y, g: (backward(g, y, axis),))
+    return forward
 
 
-def _log_softmax_backward_bwd(axis, res, v):
+def _log_softmax_second_order(axis, res, v):
     """With ``gx = g - exp(y) * sum(g)``: ``d/dg = v - sum(v * exp(y))``,
     ``d/dy = -v * exp(y) * sum(g)`` (PyTorch's ``_log_softmax_backward_data``
     formulas)."""
@@ -121,19 +140,7 @@ def _log_softmax_backward_bwd(axis, res, v):
     return dg, dy
 
 
-_log_softmax_backward.defvjp(_log_softmax_backward_fwd, _log_softmax_backward_bwd)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _softmax_backward(g, y, axis):
-    return _kernel("bwd", g.shape, g, y, axis=axis, op=_SOFTMAX)
-
-
-def _softmax_backward_fwd(g, y, axis):
-    return _softmax_backward(g, y, axis), (g, y)
-
-
-def _softmax_backward_bwd(axis, res, v):
+def _softmax_second_order(axis, res, v):
     """With ``gx = y * (g - sum(g * y))``: ``d/dg = y * (v - sum(v * y))``
     (the fused op again) and ``d/dy = v * (g - sum(g * y)) - g * sum(v * y)``."""
     g, y = res
@@ -144,44 +151,10 @@ def _softmax_backward_bwd(axis, res, v):
     return dg, dy
 
 
-_softmax_backward.defvjp(_softmax_backward_fwd, _softmax_backward_bwd)
-
-
-# --------------------------------------------------------------------------
-# forward ops
-# --------------------------------------------------------------------------
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def _log_softmax(x, axis):
-    return _kernel("fwd", x.shape, x, axis=axis, op=_LOG_SOFTMAX)
-
-
-def _log_softmax_fwd(x, axis):
-    y = _log_softmax(x, axis)
-    return y, y  # the backward needs the output, not the input
-
-
-def _log_softmax_bwd(axis, y, g):
-    return (_log_softmax_backward(g, y, axis),)
-
-
-_log_softmax.defvjp(_log_softmax_fwd, _log_softmax_bwd)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def _softmax(x, axis):
-    return _kernel("fwd", x.shape, x, axis=axis, op=_SOFTMAX)
-
-
-def _softmax_fwd(x, axis):
-    y = _softmax(x, axis)
-    return y, y
-
-
-def _softmax_bwd(axis, y, g):
-    return (_softmax_backward(g, y, axis),)
-
-
-_softmax.defvjp(_softmax_fwd, _softmax_bwd)
+_log_softmax_backward = _fused_backward(_LOG_SOFTMAX, _log_softmax_second_order)
+_softmax_backward = _fused_backward(_SOFTMAX, _softmax_second_order)
+_log_softmax = _forward(_LOG_SOFTMAX, _log_softmax_backward)
+_softmax = _forward(_SOFTMAX, _softmax_backward)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
