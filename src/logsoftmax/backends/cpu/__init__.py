@@ -46,7 +46,7 @@ import numpy as np
 from ... import dtypes
 from .. import Backend, InPlace, Op
 from . import alloc
-from .layout import layout, strides_ok
+from .layout import layout, storage_dtype, strides_ok
 
 __all__ = ["CpuBackend", "SERIAL_MAX"]
 
@@ -88,12 +88,52 @@ def _usable(a: np.ndarray) -> np.ndarray:
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    """Exactly the same memory, strides and dtype (the API's "in place")."""
+    """Exactly the same memory, strides and dtype (the API's "in place");
+    the address is only read when the two may share memory at all."""
     return a is b or (
         a.dtype == b.dtype
         and a.strides == b.strides
+        and np.may_share_memory(a, b)
         and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
     )
+
+
+def _flat(a, st):
+    """Flat storage view of a C-contiguous array (``st``: its storage dtype)."""
+    f = a.reshape(-1)
+    return f if st is None else f.view(st)
+
+
+def _small_call(run, mod, name, size, shape, in_dt, dtype, g, args):
+    """``run`` for big calls; small ones (under ``SERIAL_MAX``) call the
+    serial kernel ``mod.name`` directly on flat views (looked up per call:
+    tests swap kernels and ``SERIAL_MAX`` at run time)."""
+    sx = None if storage_dtype(in_dt) == in_dt else storage_dtype(in_dt)
+    so = None if storage_dtype(dtype) == dtype else storage_dtype(dtype)
+
+    def small(x, out):
+        if size >= SERIAL_MAX:
+            return run(x, out)
+        res = np.empty(shape, dtype) if out is None else out
+        getattr(mod, name)(_flat(x, sx), _flat(res, so), g, *args)
+        return res
+
+    return small
+
+
+def _small_call2(run, mod, name, size, shape, in_dt, dtype, g, args):
+    """:func:`_small_call` for the backward (two inputs)."""
+    sx = None if storage_dtype(in_dt) == in_dt else storage_dtype(in_dt)
+    so = None if storage_dtype(dtype) == dtype else storage_dtype(dtype)
+
+    def small(d, y, out):
+        if size >= SERIAL_MAX:
+            return run(d, y, out)
+        res = np.empty(shape, dtype) if out is None else out
+        getattr(mod, name)(_flat(d, sx), _flat(y, sx), _flat(res, so), g, *args)
+        return res
+
+    return small
 
 
 class _Plan:
@@ -132,10 +172,12 @@ class CpuBackend(Backend):
 
     # -- forward ----------------------------------------------------------------
     def _forward(self, op, x, axis, out, dtype):
+        # in place or not is the same plan (the kernels read every vector
+        # before writing it); only the float64 kernels ask, per call
         if out is None:
             key = (op, x.shape, x.strides, x.dtype, dtype, axis)
         else:
-            key = (op, x.shape, x.strides, x.dtype, dtype, axis, out.strides, _same(out, x))
+            key = (op, x.shape, x.strides, x.dtype, dtype, axis, out.strides)
         p = self._plans.get(key)
         if p is None:
             p = self._plans[key] = _Plan(self._plan_forward(op, x, axis, out, np.dtype(dtype)))
@@ -143,11 +185,10 @@ class CpuBackend(Backend):
 
     def _plan_forward(self, op, x, axis, out, dtype):
         """The function that runs this call signature (module doc)."""
-        inplace = out is not None and _same(out, x)
         if x.size == 0:
             return lambda x, out: alloc.empty_like(x, dtype) if out is None else out
         if x.dtype == _F64 or dtype == _F64:
-            return self._float64_forward(op, axis, inplace, dtype)
+            return self._float64_forward(op, axis, dtype)
         if not strides_ok(x) or (out is not None and not strides_ok(out)):
             return self._via_copies(self._forward, op, axis, dtype)
         rows, columns, split, _, segment = _k()
@@ -201,18 +242,22 @@ class CpuBackend(Backend):
                 kernel(xb, ob, g0)
             return res
 
-        return run
+        if loops or not all(lay.contiguous):
+            return run
+        # Small contiguous calls skip the general machinery: an allocation,
+        # two reshapes and the serial kernel (the fixed cost of a small call,
+        # docs/performance.md). Big ones are unaffected (`run`).
+        if lay.inner:
+            mod, name, count = columns, "forward_tiles", n1 * n2 * -(-ni // columns.TILE)
+        else:
+            mod, name, count = rows, "forward_short" if short else "forward_range", n1 * n2
+        return _small_call(run, mod, name, size, x.shape, x.dtype, dtype, g0, (op, accurate, 0, count))
 
     # -- backward ---------------------------------------------------------------
     def _backward(self, op, diff_dst, dst, axis, out, dtype):
-        if out is None:
-            key = (op, diff_dst.shape, diff_dst.strides, dst.strides, diff_dst.dtype, dtype, axis)
-        else:
-            ip = _same(out, diff_dst) and 1 or _same(out, dst) and 2 or 0
-            key = (
-                op, diff_dst.shape, diff_dst.strides, dst.strides, diff_dst.dtype, dtype,
-                axis, out.strides, ip,
-            )
+        key = (op, diff_dst.shape, diff_dst.strides, dst.strides, diff_dst.dtype, dtype, axis)
+        if out is not None:
+            key += (out.strides,)
         p = self._plans.get(key)
         if p is None:
             p = self._plans[key] = _Plan(
@@ -221,17 +266,10 @@ class CpuBackend(Backend):
         return p.run(diff_dst, dst, out)
 
     def _plan_backward(self, op, diff_dst, dst, axis, out, dtype):
-        inplace = InPlace.NONE
-        if out is not None:
-            if _same(out, diff_dst):
-                inplace = InPlace.DIFF_DST
-            elif _same(out, dst):
-                inplace = InPlace.DST
-        inplace = int(inplace)
         if diff_dst.size == 0:
             return lambda d, y, out: alloc.empty_like(d, dtype) if out is None else out
         if diff_dst.dtype == _F64 or dtype == _F64:
-            return self._float64_backward(op, axis, inplace, dtype)
+            return self._float64_backward(op, axis, dtype)
         if not (strides_ok(diff_dst) and strides_ok(dst)) or (
             out is not None and not strides_ok(out)
         ):
@@ -295,7 +333,14 @@ class CpuBackend(Backend):
                 kernel(db, yb, ob, g0)
             return res
 
-        return run
+        if loops or not all(lay.contiguous):
+            return run
+        if lay.inner:
+            mod, name, count = columns, "backward_tiles", n1 * n2 * -(-ni // columns.TILE)
+        else:
+            mod, name, count = rows, "backward_short" if short else "backward_range", n1 * n2
+        return _small_call2(run, mod, name, size, diff_dst.shape, diff_dst.dtype, dtype, g0,
+                            (op, accurate, 0, count))
 
     # -- unusual layouts and float64 -------------------------------------------
     @staticmethod
@@ -325,7 +370,7 @@ class CpuBackend(Backend):
         return run
 
     @staticmethod
-    def _float64_forward(op, axis, inplace, dtype):
+    def _float64_forward(op, axis, dtype):
         """float64 input or result: :mod:`.float64`'s double-double kernels.
         They compute in the wider of the input and the result: a float32
         input with ``dtype=float64`` is widened first (a float64 copy of the
@@ -337,7 +382,7 @@ class CpuBackend(Backend):
             res = alloc.empty_like(x, dtype) if out is None else out
             src = x if x.dtype == _F64 else x.astype(_F64)
             target = res if strides_ok(res) else alloc.empty_like(src, res.dtype)
-            ip = inplace and src is x
+            ip = out is not None and src is x and _same(out, x)
             _f64_forward(f64, _usable(src), target, axis, op, ip)
             if target is not res:
                 res[...] = target
@@ -346,7 +391,7 @@ class CpuBackend(Backend):
         return run
 
     @staticmethod
-    def _float64_backward(op, axis, inplace, dtype):
+    def _float64_backward(op, axis, dtype):
         f64 = _k()[3]
 
         def run(diff_dst, dst, out):
@@ -354,12 +399,12 @@ class CpuBackend(Backend):
             d = diff_dst if diff_dst.dtype == _F64 else diff_dst.astype(_F64)
             y = dst if dst.dtype == _F64 else dst.astype(_F64)
             target = res if strides_ok(res) else alloc.empty_like(d, res.dtype)
-            ip = 0
-            if d is diff_dst and inplace == InPlace.DIFF_DST:
-                ip = 1
-            elif y is dst and inplace == InPlace.DST:
-                ip = 2
-            _f64_backward(f64, _usable(d), _usable(y), target, axis, op, ip)
+            ip = InPlace.NONE
+            if out is not None and d is diff_dst and _same(out, diff_dst):
+                ip = InPlace.DIFF_DST
+            elif out is not None and y is dst and _same(out, dst):
+                ip = InPlace.DST
+            _f64_backward(f64, _usable(d), _usable(y), target, axis, op, int(ip))
             if target is not res:
                 res[...] = target
             return res

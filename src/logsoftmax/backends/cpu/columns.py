@@ -38,6 +38,7 @@ from ._vec import (
     vstore,
     vstore_part,
 )
+from .rows import stage_for
 from .segment import CHUNK, LANES32, LANES64, vmax_x86
 
 __all__ = [
@@ -58,6 +59,15 @@ TILE = 4 * W
 _NINF = np.float32(-np.inf)
 _ZERO = np.float32(0.0)
 _LSM = Op.LOG_SOFTMAX
+
+
+@njit(inline="always", error_model="numpy")
+def _rows4(a, first):
+    """Four ``TILE``-long rows of scratch ``a`` after its first ``first`` rows."""
+    b = first * TILE
+    return a[b : b + TILE], a[b + TILE : b + 2 * TILE], a[b + 2 * TILE : b + 3 * TILE], a[
+        b + 3 * TILE : b + 4 * TILE
+    ]
 
 
 @njit(inline="always", error_model="numpy")
@@ -200,19 +210,15 @@ def forward_tiles(xb, ob, g, op, accurate, t0, t1):
     ni = g[3]
     ntile = (ni + TILE - 1) // TILE
     ccl = min(n, CHUNK)
-    acc32 = np.empty(LANES32 * TILE, np.float32)
-    acc64 = np.empty(LANES64 * TILE, np.float64)
-    mc = np.empty(TILE, np.float32)
-    sc = np.empty(TILE, np.float64)
-    m = np.empty(TILE, np.float64)
-    s = np.empty(TILE, np.float64)
-    lg = np.empty(TILE, np.float64)
-    inv = np.empty(TILE, np.float64)
-    ma = np.empty(TILE, np.float32)
-    la = np.empty(TILE, np.float32)
-    ia = np.empty(TILE, np.float32)
-    xst = np.empty(ccl * TILE if g[8] != 1 else 0, xb.dtype)
-    ost = np.empty(ccl * TILE if g[13] != 1 else 0, ob.dtype)
+    f32s = np.empty((LANES32 + 4) * TILE, np.float32)  # two allocations only
+    f64s = np.empty((LANES64 + 5) * TILE)
+    acc32 = f32s[: LANES32 * TILE]
+    mc, ma, la, ia = _rows4(f32s, LANES32)
+    acc64 = f64s[: LANES64 * TILE]
+    sc, m, s, lg = _rows4(f64s, LANES64)
+    inv = f64s[(LANES64 + 4) * TILE :]
+    xst = stage_for(xb, ccl * TILE, g[8] != 1)
+    ost = stage_for(ob, ccl * TILE, g[13] != 1)
     for t in range(t0, t1):
         xbase, xsn, xsi = _tile_geom(g, 0, t, ntile)
         obase, osn, osi = _tile_geom(g, 1, t, ntile)
@@ -346,13 +352,14 @@ def backward_tiles(db, yb, ob, g, op, accurate, t0, t1):
     ni = g[3]
     ntile = (ni + TILE - 1) // TILE
     ccl = min(n, CHUNK)
-    acc64 = np.empty(LANES64 * TILE, np.float64)
-    sc = np.empty(TILE, np.float64)
-    s = np.empty(TILE, np.float64)
+    f64s = np.empty((LANES64 + 2) * TILE)
+    acc64 = f64s[: LANES64 * TILE]
+    sc = f64s[LANES64 * TILE : (LANES64 + 1) * TILE]
+    s = f64s[(LANES64 + 1) * TILE :]
     sa = np.empty(TILE, np.float32)
-    dst_ = np.empty(ccl * TILE if g[8] != 1 else 0, db.dtype)
-    yst = np.empty(ccl * TILE if g[13] != 1 else 0, yb.dtype)
-    ost = np.empty(ccl * TILE if g[18] != 1 else 0, ob.dtype)
+    dst_ = stage_for(db, ccl * TILE, g[8] != 1)
+    yst = stage_for(yb, ccl * TILE, g[13] != 1)
+    ost = stage_for(ob, ccl * TILE, g[18] != 1)
     for t in range(t0, t1):
         dbase, dsn, dsi = _tile_geom(g, 0, t, ntile)
         ybase, ysn, ysi = _tile_geom(g, 1, t, ntile)
@@ -399,14 +406,12 @@ def logsumexp_tiles(xb, rb, g, t0, t1):
     ni = g[3]
     ntile = (ni + TILE - 1) // TILE
     ccl = min(n, CHUNK)
-    acc32 = np.empty(0, np.float32)
-    acc64 = np.empty(LANES64 * TILE, np.float64)
     mc = np.empty(TILE, np.float32)
-    sc = np.empty(TILE, np.float64)
-    m = np.empty(TILE, np.float64)
-    s = np.empty(TILE, np.float64)
-    lg = np.empty(TILE, np.float64)
-    xst = np.empty(ccl * TILE if g[8] != 1 else 0, xb.dtype)
+    acc32 = mc  # unused: the accurate stats only
+    f64s = np.empty((LANES64 + 4) * TILE)
+    acc64 = f64s[: LANES64 * TILE]
+    sc, m, s, lg = _rows4(f64s, LANES64)
+    xst = stage_for(xb, ccl * TILE, g[8] != 1)
     for t in range(t0, t1):
         xbase, xsn, xsi = _tile_geom(g, 0, t, ntile)
         rbase, _, rsi = _tile_geom(g, 1, t, ntile)

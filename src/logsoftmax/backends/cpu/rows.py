@@ -108,6 +108,16 @@ def flush(buf, g, op, r, n, stage):
         scatter(stage, buf, row_offset(g, op, r), n, step)
 
 
+@njit(inline="always", error_model="numpy")
+def stage_for(buf, size, needed):
+    """A scratch buffer of ``size`` elements of ``buf``'s type when
+    ``needed``, else ``buf`` itself (unused: no allocation on the common
+    path -- each numba allocation costs ~0.1 us of a small call)."""
+    if needed:
+        return np.empty(size, buf.dtype)
+    return buf
+
+
 @njit(cache=True, error_model="numpy")
 def row_stats(xs, n, accurate):
     """``(m, s)`` of a whole unit-stride row: chunk stats merged in order."""
@@ -125,8 +135,8 @@ def forward_range(xb, ob, g, op, accurate, r0, r1):
     is read before it is written, and a staged row is gathered before its
     result is scattered back."""
     n = g[2]
-    xst = np.empty(n if row_step(g, 0) != 1 else 0, xb.dtype)
-    ost = np.empty(n if row_step(g, 1) != 1 else 0, ob.dtype)
+    xst = stage_for(xb, n, row_step(g, 0) != 1)
+    ost = stage_for(ob, n, row_step(g, 1) != 1)
     for r in range(r0, r1):
         xs = operand(xb, g, 0, r, n, xst)
         os = target(ob, g, 1, r, n, ost)
@@ -157,9 +167,9 @@ def backward_range(db, yb, ob, g, op, accurate, r0, r1):
     """Backward on rows ``[r0, r1)``; ``ob`` may be the memory of ``db`` or
     ``yb`` with the same geometry (in place, as :func:`forward_range`)."""
     n = g[2]
-    dst_ = np.empty(n if row_step(g, 0) != 1 else 0, db.dtype)
-    yst = np.empty(n if row_step(g, 1) != 1 else 0, yb.dtype)
-    ost = np.empty(n if row_step(g, 2) != 1 else 0, ob.dtype)
+    dst_ = stage_for(db, n, row_step(g, 0) != 1)
+    yst = stage_for(yb, n, row_step(g, 1) != 1)
+    ost = stage_for(ob, n, row_step(g, 2) != 1)
     for r in range(r0, r1):
         ds = operand(db, g, 0, r, n, dst_)
         ys = operand(yb, g, 1, r, n, yst)
@@ -182,19 +192,26 @@ BATCH = 16
 
 
 @njit(inline="always", error_model="numpy")
-def _offsets(g, op, r0, nb, out):
-    """``out[i]`` = start of row ``r0 + i`` of operand ``op`` (no divisions
-    per row: a 64-bit ``//`` per row cost ~20 cycles at n = 16)."""
-    n2 = g[1]
+def _first(g, r0):
+    """``(i1, i2)`` of row ``r0``: the one division of a batch loop."""
+    i1 = r0 // g[1]
+    return i1, r0 - i1 * g[1]
+
+
+@njit(inline="always", error_model="numpy")
+def _at(g, op, i1, i2):
     b = 4 + 5 * op
-    i1 = r0 // n2
-    i2 = r0 - i1 * n2
-    for i in range(nb):
-        out[i] = g[b] + i1 * g[b + 1] + i2 * g[b + 2]
-        i2 += 1
-        if i2 == n2:
-            i2 = 0
-            i1 += 1
+    return g[b] + i1 * g[b + 1] + i2 * g[b + 2]
+
+
+@njit(inline="always", error_model="numpy")
+def _next(g, i1, i2):
+    """The row after ``(i1, i2)`` (no division per row: a 64-bit ``//``
+    per row cost ~20 cycles at n = 16)."""
+    i2 += 1
+    if i2 == g[1]:
+        return i1 + 1, 0
+    return i1, i2
 
 
 @njit(cache=True, error_model="numpy")
@@ -217,27 +234,30 @@ def forward_short(xb, ob, g, op, accurate, r0, r1):
     of latency) overlap instead of running one after another."""
     wide_vectors()
     n = g[2]
-    xo = np.empty(BATCH, np.int64)
-    oo = np.empty(BATCH, np.int64)
-    mx = np.empty(BATCH, np.float32)
-    m = np.empty(BATCH, np.float64)
-    s = np.empty(BATCH, np.float64)
-    lg = np.empty(BATCH, np.float64)
-    inv = np.empty(BATCH, np.float64)
+    scratch = np.empty(5 * BATCH)  # one allocation: m, s, log s, 1/s, max
+    m = scratch[:BATCH]
+    s = scratch[BATCH : 2 * BATCH]
+    lg = scratch[2 * BATCH : 3 * BATCH]
+    inv = scratch[3 * BATCH : 4 * BATCH]
+    mx = scratch[4 * BATCH :]
+    i1, i2 = _first(g, r0)
     for b0 in range(r0, r1, BATCH):
         nb = min(BATCH, r1 - b0)
-        _offsets(g, 0, b0, nb, xo)
-        _offsets(g, 1, b0, nb, oo)
+        j1, j2 = i1, i2
         for i in range(nb):
-            mx[i] = chunk_max(view(xb, xo[i], n), 0, n)
+            mx[i] = chunk_max(view(xb, _at(g, 0, j1, j2), n), 0, n)
+            j1, j2 = _next(g, j1, j2)
+        j1, j2 = i1, i2
         for i in range(nb):
-            m[i], s[i] = chunk_sum_at(view(xb, xo[i], n), n, mx[i], accurate)
+            xs = view(xb, _at(g, 0, j1, j2), n)
+            m[i], s[i] = chunk_sum_at(xs, n, np.float32(mx[i]), accurate)
+            j1, j2 = _next(g, j1, j2)
         _batch_logs(s, lg, inv, nb)
         for i in range(nb):
-            write_forward(
-                view(xb, xo[i], n), view(ob, oo[i], n), 0, n, op, accurate,
-                m[i], lg[i], inv[i],
-            )
+            xs = view(xb, _at(g, 0, i1, i2), n)
+            os = view(ob, _at(g, 1, i1, i2), n)
+            write_forward(xs, os, 0, n, op, accurate, m[i], lg[i], inv[i])
+            i1, i2 = _next(g, i1, i2)
 
 
 @njit(cache=True, error_model="numpy")
@@ -246,20 +266,20 @@ def backward_short(db, yb, ob, g, op, accurate, r0, r1):
     batches: all sums first, then all writes (as :func:`forward_short`)."""
     wide_vectors()
     n = g[2]
-    do = np.empty(BATCH, np.int64)
-    yo = np.empty(BATCH, np.int64)
-    oo = np.empty(BATCH, np.int64)
-    s = np.empty(BATCH, np.float64)
+    s = np.empty(BATCH)
+    i1, i2 = _first(g, r0)
     for b0 in range(r0, r1, BATCH):
         nb = min(BATCH, r1 - b0)
-        _offsets(g, 0, b0, nb, do)
-        _offsets(g, 1, b0, nb, yo)
-        _offsets(g, 2, b0, nb, oo)
+        j1, j2 = i1, i2
         for i in range(nb):
-            s[i] = chunk_grad_sum(view(db, do[i], n), view(yb, yo[i], n), 0, n, op)
+            s[i] = chunk_grad_sum(view(db, _at(g, 0, j1, j2), n), view(yb, _at(g, 1, j1, j2), n), 0, n, op)
+            j1, j2 = _next(g, j1, j2)
         for i in range(nb):
-            os = view(ob, oo[i], n)
-            write_backward(view(db, do[i], n), view(yb, yo[i], n), os, 0, n, op, accurate, s[i])
+            ds = view(db, _at(g, 0, i1, i2), n)
+            ys = view(yb, _at(g, 1, i1, i2), n)
+            os = view(ob, _at(g, 2, i1, i2), n)
+            write_backward(ds, ys, os, 0, n, op, accurate, s[i])
+            i1, i2 = _next(g, i1, i2)
 
 
 @njit(inline="always", error_model="numpy")
@@ -287,7 +307,7 @@ def logsumexp_range(xb, rb, g, r0, r1):
     one element per row), from the accurate stats (float64 terms: the
     float32 result is rounded once from a ~2**-34 accurate value)."""
     n = g[2]
-    xst = np.empty(n if row_step(g, 0) != 1 else 0, xb.dtype)
+    xst = stage_for(xb, n, row_step(g, 0) != 1)
     for r in range(r0, r1):
         xs = operand(xb, g, 0, r, n, xst)
         m, s = row_stats(xs, n, True)
