@@ -2,9 +2,8 @@
 
 A :class:`~logsoftmax.autograd.Tensor` holds a backend array: a numpy array,
 a dask array, or a torch (CUDA) tensor. Everything autograd does to arrays
-goes through this module, so supporting another array type means extending
-these functions only. The fused kernels are called on the selected backend
-directly (the dispatcher has validated the inputs; see the bottom section).
+outside the front door (:mod:`logsoftmax._api`) goes through this module, so
+supporting another array type means extending these functions only.
 
 - numpy and dask arrays share one path: numpy functions dispatch to dask
   through ``__array_function__`` / ``__array_ufunc__`` and methods
@@ -28,13 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from ..backends import (
-    is_dask_array,
-    is_torch_tensor,
-    numpy_dtype,
-    select_backend,
-    torch_dtype,
-)
+from ..backends import is_dask_array, is_torch_tensor, numpy_dtype, torch_dtype
 
 __all__ = [
     "is_array",
@@ -59,10 +52,6 @@ __all__ = [
     "scatter",
     "scatter_sub_",
     "check_targets",
-    "log_softmax",
-    "softmax",
-    "log_softmax_backward",
-    "softmax_backward",
 ]
 
 _LOW = dtypes.LOW_PRECISION
@@ -319,29 +308,3 @@ def check_targets(target, ignored, num_classes: int, fn: str) -> None:
             "ignore_index"
         )
 
-
-# ---------------------------------------------------------------------------
-# the fused kernels, on arrays the dispatcher has already validated
-# ---------------------------------------------------------------------------
-# An op's ``compute`` runs after ``dispatch`` promoted its inputs to a
-# supported floating dtype (and a common one for the backward's pair) and
-# its ``prepare`` canonicalised the axis (through ``_api.canonical_axis``),
-# so these call the selected backend (``use_backend`` or by array type, as
-# the front door does) without the front door's second round of checks:
-# ~10 us per call, 2 calls per training step of a classifier (measured in
-# docs/performance.md, "Autograd per step").
-def log_softmax(a, axis: int):
-    return select_backend(a).log_softmax(a, axis, None, dtype_of(a))
-
-
-def softmax(a, axis: int, dtype: np.dtype | None = None):
-    """``softmax(a)``, rounded once to ``dtype`` (default: ``a``'s)."""
-    return select_backend(a).softmax(a, axis, None, dtype or dtype_of(a))
-
-
-def log_softmax_backward(g, y, axis: int):
-    return select_backend(g).log_softmax_backward(g, y, axis, None, dtype_of(g))
-
-
-def softmax_backward(g, y, axis: int):
-    return select_backend(g).softmax_backward(g, y, axis, None, dtype_of(g))

@@ -36,7 +36,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .. import amp, dtypes
+from .. import _api, amp, dtypes
 from ..schema import AmpPolicy, OpSchema, register
 from . import _array
 from .grad_mode import is_grad_enabled
@@ -280,7 +280,7 @@ class CrossEntropy(_ClassLoss):
 
     def compute(self, x, target):
         self.dtype = _array.dtype_of(x)
-        self.saved_output = _array.log_softmax(x, self.plan.axis)
+        self.saved_output = _api.log_softmax(x, self.plan.axis)
         return self.plan.loss(self.saved_output, self.dtype)
 
     def backward(self, grad):
@@ -316,7 +316,9 @@ class CrossEntropyGrad(Function):
     def compute(self, g, y):
         plan, dt = self.plan, _array.dtype_of(y)
         a = plan.per_row(g)
-        p = _array.softmax(y, plan.axis, plan.cd)  # fused, accumulation dtype
+        # fused, in the accumulation dtype (``dtype=`` only where it differs:
+        # the front door's fast path takes the plain call)
+        p = _api.softmax(y, plan.axis, dtype=None if plan.cd == dt else plan.cd)
         p *= _array.expand_at(a, plan.axis)
         p = _array.scatter_sub_(p, a, plan.safe, plan.axis)
         return _array.astype(p, dt)

@@ -5,8 +5,8 @@ Every op is registered with :func:`logsoftmax.schema.register` and run by
 :func:`~.tensor.dispatch` (which applies the AMP policy). A class holds:
 
 - ``prepare(*inputs, **attrs)``: validation and the op's attributes;
-- ``compute(*arrays)``: the forward on backend arrays, through :mod:`._array`
-  (the fused kernels on the selected backend); it saves what the gradient
+- ``compute(*arrays)``: the forward on backend arrays, through the front door
+  (:mod:`logsoftmax._api`) or :mod:`._array`; it saves what the gradient
   needs in the fields named by ``saved_fields`` (freed after backward);
 - ``backward(grad)``: the gradient rule, written with Tensor ops, so the same
   code runs eagerly (under ``no_grad``: plain kernel calls) and recorded
@@ -181,7 +181,7 @@ class LogSoftmax(_SoftmaxFamily):
     fn = "log_softmax"
 
     def compute(self, a):
-        self.saved_output = _array.log_softmax(a, self.axis)
+        self.saved_output = _api.log_softmax(a, self.axis)
         return self.saved_output
 
     def backward(self, grad):
@@ -200,7 +200,7 @@ class Softmax(_SoftmaxFamily):
     fn = "softmax"
 
     def compute(self, a):
-        self.saved_output = _array.softmax(a, self.axis)
+        self.saved_output = _api.softmax(a, self.axis)
         return self.saved_output
 
     def backward(self, grad):
@@ -230,7 +230,7 @@ class LogSoftmaxGrad(_FusedGrad):
     display_name = "LogSoftmaxBackwardBackward"
 
     def compute(self, g, y):
-        return _array.log_softmax_backward(g, y, self.axis)
+        return _api.log_softmax_backward(g, y, self.axis)
 
     def backward(self, u):
         g, y = self.inputs
@@ -249,7 +249,7 @@ class SoftmaxGrad(_FusedGrad):
     display_name = "SoftmaxBackwardBackward"
 
     def compute(self, g, y):
-        return _array.softmax_backward(g, y, self.axis)
+        return _api.softmax_backward(g, y, self.axis)
 
     def backward(self, u):
         g, y = self.inputs

@@ -26,8 +26,8 @@ an op runs (as tinygrad keeps ``Function.apply`` next to its Tensor):
    ``cast`` op, so gradients flow back to each input in its own dtype;
 3. ``node.prepare(*tensors, **attrs)`` validates (axis, shapes, targets) the
    inputs as ``compute`` will see them and stores the op's attributes;
-4. ``node.compute(*arrays)`` runs the math (the fused kernels on the
-   selected backend, :mod:`._array`) and saves what the gradient needs;
+4. ``node.compute(*arrays)`` runs the math through the front door / fused
+   kernels and saves what the gradient needs;
 5. if grad mode is on and an input requires grad, the node is wired in:
    ``next_functions``, ``input_meta``, and the output's ``grad_fn``.
 
