@@ -19,9 +19,9 @@ through a ``uint16`` view reinterpreted as ``ml_dtypes.bfloat16``), so the
 CPU kernels read torch's memory directly. The result has
 ``torch.empty_like``'s layout: for a contiguous input the front door
 allocates it and the array is wrapped with ``torch.from_numpy``; otherwise
-it is allocated in that layout and passed as ``out=`` (see ``_wrap``). CUDA tensors go to the front door as
-they are and run on the CUDA backend. Tensors on any other device raise
-``NotImplementedError`` naming the device.
+it is allocated in that layout and passed as ``out=`` (see ``_wrap``). CUDA
+tensors go to the front door as they are and run on the CUDA backend.
+Tensors on any other device raise ``NotImplementedError`` naming the device.
 
 **The eager path.** Going through the dispatcher costs what the measurements
 in ``benchmarks/bench_adapters.py`` show (~10 us for the Python autograd
