@@ -116,12 +116,13 @@ def _one_kernel_thread(fn):
     return wrapper
 
 
-def _accurate(dtype, n: int) -> bool:
+def _accurate(dtype, n: int, backward: bool = False) -> bool:
     """The cpu kernels' precision choice for a result of ``dtype`` over rows
     of ``n`` (float32 results of short rows compute in float64 terms)."""
-    from .cpu.segment import SHORT  # deferred: imports numba
+    from .cpu import segment  # deferred: imports numba
 
-    return np.dtype(dtype) == np.float32 and n <= SHORT
+    limit = segment.SHORT_BACKWARD if backward else segment.SHORT
+    return np.dtype(dtype) == np.float32 and n <= limit
 
 
 def _name(op: Op) -> str:
@@ -494,7 +495,7 @@ class DaskBackend(Backend):
         index = tuple(range(diff_dst.ndim))
         fn = partial(
             _backward_apply, op=op, axis=axis, dtype=dtype, kernel=self.kernel,
-            accurate=_accurate(dtype, diff_dst.shape[axis]),
+            accurate=_accurate(dtype, diff_dst.shape[axis], backward=True),
         )
         return da.blockwise(
             fn,

@@ -283,7 +283,7 @@ class CpuBackend(Backend):
             axis,
         )
         n1, n2, n, ni = lay.dims
-        accurate = dtype == _F32 and n <= segment.SHORT
+        accurate = dtype == _F32 and n <= segment.SHORT_BACKWARD
         size = diff_dst.size
 
         if lay.inner:
