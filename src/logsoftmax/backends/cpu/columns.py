@@ -23,7 +23,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import Op
-from ._math import exp_f32, exp_f64, exp_f64_any, log_f64
+from ._math import exp_f32, exp_f32_sum, exp_f64, exp_f64_any, log_f64
 from ._simd import view, wide_vectors
 from ._vec import (
     W,
@@ -148,7 +148,8 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc):
             for v in range(nv):
                 j = v * W
                 x = vload_part(xb, p + k * sn + j, jn - j, _NINF)
-                vstore(acc32, q + j, vload(acc32, q + j) + exp_f32(x - vload(mc, j)))
+                e = exp_f32_sum(x - vload(mc, j))  # the terms of .segment._sum32
+                vstore(acc32, q + j, vload(acc32, q + j) + e)
         _lane_tree(acc32, min(cl, LANES32), nv, W)
         for j in range(jn):
             sc[j] = np.float64(acc32[j])

@@ -7,7 +7,8 @@ each chunk (:func:`chunk_stats`):
 * ``s_c = sum(exp(x - m_c))`` -- element ``k`` of the chunk goes to *lane*
   ``k % 64`` (float32 terms, :func:`._math.exp_f32`) or ``k % 16``
   (float64 terms of the exact float64 difference, :func:`._math.exp_f64`,
-  the *accurate* path); each lane is a running sum in element order, and
+  the *accurate* path; the fast path's float32 terms are
+  :func:`._math.exp_f32_sum`); each lane is a running sum in element order, and
   the lanes are added by a fixed pairwise tree (lane ``l`` + lane
   ``l + 32``, then ``+ 16``, ``8``, ``4``, ``2``, ``1``). That is 64
   independent float32 accumulators over at most 64 terms each (API.md's
@@ -56,13 +57,14 @@ import numpy as np
 from numba import njit
 
 from .. import Op
-from ._math import exp_f32, exp_f64, exp_f64_any, log_f64
+from ._math import exp_f32, exp_f32_sum, exp_f64, exp_f64_any, log_f64
 from ._simd import wide_vectors
 from ._vec import (
     W,
     hi_f64,
     join_f32,
     lane,
+    lanes_below,
     lo_f64,
     reduce_add,
     reduce_max,
@@ -140,7 +142,8 @@ def chunk_max(xs, c0, cl):
 
 @njit(inline="always", error_model="numpy")
 def _sum32(xs, c0, cl, m):
-    """``sum(exp_f32(x - m))`` over 64 float32 lanes + the tree (module doc)."""
+    """``sum(exp(x - m))`` over 64 float32 lanes + the tree (module doc),
+    terms by :func:`._math.exp_f32_sum`."""
     wide_vectors()
     a0 = splat(_ZERO)
     a1 = a0
@@ -148,21 +151,28 @@ def _sum32(xs, c0, cl, m):
     a3 = a0
     k = 0
     while k + 4 * W <= cl:
-        a0 = a0 + exp_f32(vload(xs, c0 + k) - m)
-        a1 = a1 + exp_f32(vload(xs, c0 + k + W) - m)
-        a2 = a2 + exp_f32(vload(xs, c0 + k + 2 * W) - m)
-        a3 = a3 + exp_f32(vload(xs, c0 + k + 3 * W) - m)
+        a0 = a0 + exp_f32_sum(vload(xs, c0 + k) - m)
+        a1 = a1 + exp_f32_sum(vload(xs, c0 + k + W) - m)
+        a2 = a2 + exp_f32_sum(vload(xs, c0 + k + 2 * W) - m)
+        a3 = a3 + exp_f32_sum(vload(xs, c0 + k + 3 * W) - m)
         k += 4 * W
-    r = cl - k  # masked lanes read as -inf: their terms are exactly 0
+    r = cl - k  # masked-off lanes add exactly 0
     if r > 0:
-        a0 = a0 + exp_f32(vload_part(xs, c0 + k, r, _NINF) - m)
+        a0 = a0 + _tail_terms(xs, c0 + k, r, m)
     if r > W:
-        a1 = a1 + exp_f32(vload_part(xs, c0 + k + W, r - W, _NINF) - m)
+        a1 = a1 + _tail_terms(xs, c0 + k + W, r - W, m)
     if r > 2 * W:
-        a2 = a2 + exp_f32(vload_part(xs, c0 + k + 2 * W, r - 2 * W, _NINF) - m)
+        a2 = a2 + _tail_terms(xs, c0 + k + 2 * W, r - 2 * W, m)
     if r > 3 * W:
-        a3 = a3 + exp_f32(vload_part(xs, c0 + k + 3 * W, r - 3 * W, _NINF) - m)
+        a3 = a3 + _tail_terms(xs, c0 + k + 3 * W, r - 3 * W, m)
     return np.float64(reduce_add((a0 + a2) + (a1 + a3)))
+
+
+@njit(inline="always", error_model="numpy")
+def _tail_terms(xs, k, count, m):
+    """The terms of a partial vector: lanes past ``count`` are exactly 0."""
+    e = exp_f32_sum(vload_part(xs, k, count, _NINF) - m)
+    return where(lanes_below(count), e, _ZERO)
 
 
 @njit(inline="always", error_model="numpy")
