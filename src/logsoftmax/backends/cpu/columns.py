@@ -34,9 +34,10 @@ from ._vec import (
     splat,
     vfma,
     vload,
+    vload_n,
     vload_part,
     vstore,
-    vstore_part,
+    vstore_n,
 )
 from .rows import stage_for
 from .segment import CHUNK, LANES32, LANES64, vmax_x86
@@ -122,11 +123,11 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
     wide_vectors()
     nv = (jn + W - 1) // W
     for j in range(0, jn, W):  # row by row: the tile streams through memory
-        vstore(mc, j, vload_part(xb, p + j, jn - j, _NINF))
+        vstore(mc, j, vload_n(xb, p + j, jn - j, _NINF))
     for k in range(1, cl):
         q = p + k * sn
         for j in range(0, jn, W):
-            vstore(mc, j, vmax_x86(vload(mc, j), vload_part(xb, q + j, jn - j, _NINF)))
+            vstore(mc, j, vmax_x86(vload(mc, j), vload_n(xb, q + j, jn - j, _NINF)))
     if accurate:
         for lane_ in range(min(cl, LANES64)):  # lanes with no element hold 0
             for v in range(2 * nv):
@@ -135,7 +136,7 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
             q = (k % LANES64) * J
             for v in range(nv):
                 j = v * W
-                x = vload_part(xb, p + k * sn + j, jn - j, _NINF)
+                x = vload_n(xb, p + k * sn + j, jn - j, _NINF)
                 m = vload(mc, j)
                 m64l = lo_f64(m)
                 m64h = hi_f64(m)
@@ -153,7 +154,7 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
             q = (k % LANES32) * J
             for v in range(nv):
                 j = v * W
-                x = vload_part(xb, p + k * sn + j, jn - j, _NINF)
+                x = vload_n(xb, p + k * sn + j, jn - j, _NINF)
                 e = exp_f32_sum(x - vload(mc, j))  # the terms of .segment._sum32
                 vstore(acc32, q + j, vload(acc32, q + j) + e)
         _lane_tree(acc32, min(cl, LANES32), nv, W, J)
@@ -239,9 +240,9 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
                     sc[j] = np.nan if _col_nan(buf, p, sn, cl, j) else 0.0
             _merge_cols(m, s, mc, sc, jn, c0 == 0)
         for j in range(0, jn, W // 2):
-            v = vload_part(s, j, jn - j, 1.0)
-            vstore_part(lg, j, log_f64(v), jn - j)
-            vstore_part(inv, j, 1.0 / v, jn - j)
+            v = vload_n(s, j, jn - j, 1.0)
+            vstore_n(lg, j, log_f64(v), jn - j)
+            vstore_n(inv, j, 1.0 / v, jn - j)
         for j in range(jn):
             ma[j] = np.float32(m[j])
             la[j] = np.float32(lg[j])
@@ -266,7 +267,7 @@ def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la,
         px = p + k * sn
         po = q + k * qsn
         for j in range(0, jn, W):
-            x = vload_part(xb, px + j, jn - j, _ZERO)
+            x = vload_n(xb, px + j, jn - j, _ZERO)
             if accurate:
                 ml = vload(m, j)
                 mh = vload(m, j + W // 2)
@@ -284,7 +285,7 @@ def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la,
                 y = (x - vload(ma, j)) - vload(la, j)
             else:
                 y = exp_f32(x - vload(ma, j)) * vload(ia, j)
-            vstore_part(ob, po + j, y, jn - j)
+            vstore_n(ob, po + j, y, jn - j)
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
@@ -308,13 +309,13 @@ def _tile_grad_sum(db, pd, dsn, yb, py, ysn, cl, jn, op, acc64, sc, J):
         q = (k % LANES64) * J
         for v in range(nv):
             j = v * W
-            d = vload_part(db, pd + k * dsn + j, jn - j, _ZERO)
+            d = vload_n(db, pd + k * dsn + j, jn - j, _ZERO)
             a = q + j
             if op == _LSM:
                 lo = lo_f64(d)
                 hi = hi_f64(d)
             else:
-                y = vload_part(yb, py + k * ysn + j, jn - j, _ZERO)
+                y = vload_n(yb, py + k * ysn + j, jn - j, _ZERO)
                 lo = lo_f64(d) * lo_f64(y)
                 hi = hi_f64(d) * hi_f64(y)
             vstore(acc64, a, vload(acc64, a) + lo)
@@ -331,8 +332,8 @@ def _tile_grad_write(db, pd, dsn, yb, py, ysn, ob, q, qsn, cl, jn, op, accurate,
     wide_vectors()
     for k in range(cl):
         for j in range(0, jn, W):
-            d = vload_part(db, pd + k * dsn + j, jn - j, _ZERO)
-            y = vload_part(yb, py + k * ysn + j, jn - j, _ZERO)
+            d = vload_n(db, pd + k * dsn + j, jn - j, _ZERO)
+            y = vload_n(yb, py + k * ysn + j, jn - j, _ZERO)
             if accurate:
                 sl = vload(s, j)
                 sh = vload(s, j + W // 2)
@@ -347,7 +348,7 @@ def _tile_grad_write(db, pd, dsn, yb, py, ysn, ob, q, qsn, cl, jn, op, accurate,
                 g_ = vfma(exp_f32(y), -vload(sa, j), d)
             else:
                 g_ = y * (d - vload(sa, j))
-            vstore_part(ob, q + k * qsn + j, g_, jn - j)
+            vstore_n(ob, q + k * qsn + j, g_, jn - j)
 
 
 @njit(cache=True, error_model="numpy")
@@ -432,7 +433,7 @@ def logsumexp_tiles(xb, rb, g, J, t0, t1):
                     sc[j] = np.nan if _col_nan(buf, p, sn, cl, j) else 0.0
             _merge_cols(m, s, mc, sc, jn, c0 == 0)
         for j in range(0, jn, W // 2):
-            vstore_part(lg, j, log_f64(vload_part(s, j, jn - j, 1.0)), jn - j)
+            vstore_n(lg, j, log_f64(vload_n(s, j, jn - j, 1.0)), jn - j)
         for j in range(jn):
             if m[j] == np.inf:
                 nan = _col_nan(xb, xbase + j * xsi, xsn, n, 0)
