@@ -98,6 +98,22 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
     )
 
 
+def _runner(lay, kernel, dtype):
+    """``run(*inputs, out)``: allocate the result unless ``out`` is given,
+    make the flat views and run ``kernel(*buffers, geometry)`` once per
+    Python-level loop index of the layout (usually once)."""
+
+    def run(*args):
+        *inputs, out = args
+        res = alloc.empty_like(inputs[0], dtype) if out is None else out
+        bufs = lay.buffers([*inputs, res])
+        for g in lay.geometries():
+            kernel(*bufs, g)
+        return res
+
+    return run
+
+
 def _flat(a, st):
     """Flat storage view of a C-contiguous array (``st``: its storage dtype)."""
     f = a.reshape(-1)
@@ -230,20 +246,8 @@ class CpuBackend(Backend):
                     f = rows.forward_short_parallel if short else rows.forward_parallel
                     f(xb, ob, g, op, accurate, min(nrows, _threads()))
 
-        loops = bool(lay.loops)
-        g0 = lay.g
-
-        def run(x, out):
-            res = alloc.empty_like(x, dtype) if out is None else out
-            xb, ob = lay.buffers([x, res])
-            if loops:
-                for g in lay.geometries():
-                    kernel(xb, ob, g)
-            else:
-                kernel(xb, ob, g0)
-            return res
-
-        if loops or not all(lay.contiguous):
+        run = _runner(lay, kernel, dtype)
+        if lay.loops or not all(lay.contiguous):
             return run
         # Small contiguous calls skip the general machinery: an allocation,
         # two reshapes and the serial kernel (the fixed cost of a small call,
@@ -254,7 +258,7 @@ class CpuBackend(Backend):
         else:
             args = (op, accurate, 0, nrows)
             mod, name = rows, "forward_short" if short else "forward_range"
-        return _small_call(run, mod, name, size, x.shape, x.dtype, dtype, g0, args)
+        return _small_call(run, mod, name, size, x.shape, x.dtype, dtype, lay.g, args)
 
     # -- backward ---------------------------------------------------------------
     def _backward(self, op, diff_dst, dst, axis, out, dtype):
@@ -324,20 +328,8 @@ class CpuBackend(Backend):
                     f = rows.backward_short_parallel if short else rows.backward_parallel
                     f(db, yb, ob, g, op, accurate, min(nrows, _threads()))
 
-        loops = bool(lay.loops)
-        g0 = lay.g
-
-        def run(diff_dst, dst, out):
-            res = alloc.empty_like(diff_dst, dtype) if out is None else out
-            db, yb, ob = lay.buffers([diff_dst, dst, res])
-            if loops:
-                for g in lay.geometries():
-                    kernel(db, yb, ob, g)
-            else:
-                kernel(db, yb, ob, g0)
-            return res
-
-        if loops or not all(lay.contiguous):
+        run = _runner(lay, kernel, dtype)
+        if lay.loops or not all(lay.contiguous):
             return run
         if lay.inner:
             args = (op, accurate, J, 0, tiles)
@@ -346,7 +338,7 @@ class CpuBackend(Backend):
             args = (op, accurate, 0, nrows)
             mod, name = rows, "backward_short" if short else "backward_range"
         return _small_call2(
-            run, mod, name, size, diff_dst.shape, diff_dst.dtype, dtype, g0, args
+            run, mod, name, size, diff_dst.shape, diff_dst.dtype, dtype, lay.g, args
         )
 
     # -- unusual layouts and float64 -------------------------------------------

@@ -208,6 +208,20 @@ def _col_nan(xb, p, sn, cl, j):
     return False
 
 
+@njit(inline="always", error_model="numpy")
+def _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m, s, xst, J):
+    """Per-column row stats ``(m, s)`` of a tile: chunk stats merged in chunk
+    order (:func:`.rows.row_stats` on every column)."""
+    for c0 in range(0, n, CHUNK):
+        cl = min(CHUNK, n - c0)
+        buf, p, sn = _chunk_view(xb, xbase, xsn, xsi, c0, cl, jn, xst, J)
+        _tile_stats(buf, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J)
+        for j in range(jn):  # all--inf columns: 0, or NaN if one is NaN
+            if mc[j] == _NINF:
+                sc[j] = np.nan if _col_nan(buf, p, sn, cl, j) else 0.0
+        _merge_cols(m, s, mc, sc, jn, c0 == 0)
+
+
 @njit(cache=True, error_model="numpy")
 def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     """Forward on tiles ``[t0, t1)`` (tile ``t`` = outer index ``t // ntile``,
@@ -232,14 +246,7 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
         xbase, xsn, xsi = _tile_geom(g, 0, t, ntile, J)
         obase, osn, osi = _tile_geom(g, 1, t, ntile, J)
         jn = min(J, ni - (t % ntile) * J)
-        for c0 in range(0, n, CHUNK):
-            cl = min(CHUNK, n - c0)
-            buf, p, sn = _chunk_view(xb, xbase, xsn, xsi, c0, cl, jn, xst, J)
-            _tile_stats(buf, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J)
-            for j in range(jn):  # all--inf columns: 0, or NaN if one is NaN
-                if mc[j] == _NINF:
-                    sc[j] = np.nan if _col_nan(buf, p, sn, cl, j) else 0.0
-            _merge_cols(m, s, mc, sc, jn, c0 == 0)
+        _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m, s, xst, J)
         for j in range(0, jn, W // 2):
             v = vload_n(s, j, jn - j, 1.0)
             vstore_n(lg, j, log_f64(v), jn - j)
@@ -425,14 +432,7 @@ def logsumexp_tiles(xb, rb, g, J, t0, t1):
         xbase, xsn, xsi = _tile_geom(g, 0, t, ntile, J)
         rbase, _, rsi = _tile_geom(g, 1, t, ntile, J)
         jn = min(J, ni - (t % ntile) * J)
-        for c0 in range(0, n, CHUNK):
-            cl = min(CHUNK, n - c0)
-            buf, p, sn = _chunk_view(xb, xbase, xsn, xsi, c0, cl, jn, xst, J)
-            _tile_stats(buf, p, sn, cl, jn, True, acc32, acc64, mc, sc, J)
-            for j in range(jn):
-                if mc[j] == _NINF:
-                    sc[j] = np.nan if _col_nan(buf, p, sn, cl, j) else 0.0
-            _merge_cols(m, s, mc, sc, jn, c0 == 0)
+        _column_stats(xb, xbase, xsn, xsi, n, jn, True, acc32, acc64, mc, sc, m, s, xst, J)
         for j in range(0, jn, W // 2):
             vstore_n(lg, j, log_f64(vload_n(s, j, jn - j, 1.0)), jn - j)
         for j in range(jn):
