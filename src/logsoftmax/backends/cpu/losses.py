@@ -57,6 +57,7 @@ from ._simd import exp64, exp_c, load, maxnum, neg_inf
 __all__ = [
     "stats_rows",
     "cap_stats_rows",
+    "cap_rows",
     "grad_rows",
     "prob_rows",
 ]
@@ -230,6 +231,16 @@ def cap_stats_rows(z, cap, c0, target, cw, has_w, w_seen, w_chunk, smooth,
             row[k] = _capped(row[k], cap)
         _row_update(row, n, r, c0, target, cw, has_w, w_seen, w_chunk, smooth,
                     m, s, zt, zw)
+
+
+@njit(**_PAR)
+def cap_rows(z, cap):
+    """``z <- cap * tanh(z / cap)`` in place (the backward's recomputed chunk)."""
+    rows, n = z.shape
+    for r in prange(rows):
+        row = z[r]
+        for k in range(n):
+            row[k] = _capped(row[k], cap)
 
 
 @njit(**_PAR)
