@@ -264,6 +264,9 @@ class NumpyOps:
     def zeros(self, shape, dt):
         return np.zeros(shape, dt)
 
+    def chunk(self, buf, rows, cols):
+        return buf[: rows * cols].reshape(rows, cols)
+
     def to_host(self, a):
         return np.asarray(a)
 
@@ -314,13 +317,13 @@ class NumpyOps:
         if first:
             np.matmul(g, wc, out=dst)
         else:
-            dst += g @ wc
+            _gemm_acc(dst, g, wc)
 
     def acc_gw(self, dst, g, xr, first):
         if first:
             np.matmul(g.T, xr, out=dst)
         else:
-            dst += g.T @ xr
+            _gemm_acc(dst, g.T, xr)
 
     def acc_gb(self, dst, g, first):
         if first:
@@ -343,6 +346,51 @@ class NumpyOps:
 
     def grad(self, z, c0, target, cw, has_w, a, b, e, m, log_s, cap):
         self.k.grad_rows(z, c0, target, cw, has_w, a, b, e, m, log_s, cap)
+
+
+def _fortran(a: np.ndarray):
+    """``(array, trans)`` for BLAS: a Fortran-ordered operand and whether it is
+    to be transposed, for ``a`` C-contiguous (``a.T`` is Fortran) or the
+    transpose of a C-contiguous array (``a`` itself is Fortran)."""
+    if a.flags.c_contiguous:
+        return a.T, 1
+    if a.flags.f_contiguous:
+        return a, 0
+    return np.ascontiguousarray(a).T, 1
+
+
+def _gemm_acc(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    """``c += a @ b`` in place (``c`` C-contiguous, float32/float64).
+
+    With SciPy, one BLAS ``gemm`` with ``beta = 1`` on ``c``'s memory (viewed
+    as the Fortran ``c.T = b.T @ a.T``): no temporary, no second pass over
+    ``c``. Without it, numpy's ``matmul`` into a temporary, added in row
+    tiles of at most 2**18 elements (1 MiB f32) so the extra memory stays
+    bounded. Measured in docs/losses.md."""
+    blas = _scipy_blas()
+    if blas is not None and c.flags.c_contiguous:
+        gemm = blas.sgemm if c.dtype == np.float32 else blas.dgemm
+        bt, tb = _fortran(b)  # b.T as (Fortran operand, transposed?)
+        at, ta = _fortran(a)
+        gemm(1.0, bt, at, beta=1.0, c=c.T, overwrite_c=True,
+             trans_a=1 - tb, trans_b=1 - ta)
+        return
+    step = max(1, (1 << 18) // max(1, c.shape[1]))
+    for i in range(0, c.shape[0], step):
+        c[i:i + step] += a[i:i + step] @ b
+
+
+_BLAS: list = []
+
+
+def _scipy_blas():
+    if not _BLAS:
+        try:
+            from scipy.linalg import blas
+        except ImportError:  # optional: numpy's matmul + tiled add instead
+            blas = None
+        _BLAS.append(blas)
+    return _BLAS[0]
 
 
 def ops_for(kind: str):
@@ -501,10 +549,10 @@ def forward(p: Problem, grads: bool = False, ops=None):
     s, zt, zw = ops.zeros_f64(n), ops.zeros_f64(n), ops.zeros_f64(n)
     tgt = rows.target
     acc = _GradAcc(p, ops) if fused else None
-    buf = ops.empty((min(r_chunk, max(n, 1)), min(c_chunk, max(v, 1))), cdt)
+    buf = ops.empty((min(r_chunk, max(n, 1)) * min(c_chunk, max(v, 1)),), cdt)
     w_cum = _weight_prefix(p, ops, cw, has_w)
     for r0, r1, c0, c1 in _chunks(p):
-        z = buf[: r1 - r0, : c1 - c0]
+        z = ops.chunk(buf, r1 - r0, c1 - c0)  # contiguous, for BLAS
         xr = ops.compute(p.x[r0:r1], cdt)
         wc = ops.compute(p.w[c0:c1], cdt)
         bc = None if p.b is None else ops.compute(p.b[c0:c1], cdt)
@@ -592,12 +640,12 @@ def backward(grad_loss, saved: Saved, ops=None):
     cw, has_w = _class_weights(p, ops)
     acc = _GradAcc(p, ops)
     r_chunk, c_chunk = p.chunk
-    buf = ops.empty((min(r_chunk, max(p.n, 1)), min(c_chunk, max(p.v, 1))), cdt)
+    buf = ops.empty((min(r_chunk, max(p.n, 1)) * min(c_chunk, max(p.v, 1)),), cdt)
     m_c, ls_c = ops.cast(saved.m, cdt), ops.cast(saved.log_s, cdt)
     lse = saved.m + saved.log_s
     for r0, r1, c0, c1 in _chunks(p):
         sl = slice(r0, r1)
-        z = buf[: r1 - r0, : c1 - c0]
+        z = ops.chunk(buf, r1 - r0, c1 - c0)  # contiguous, for BLAS
         xr = ops.compute(p.x[r0:r1], cdt)
         wc = ops.compute(p.w[c0:c1], cdt)
         bc = None if p.b is None else ops.compute(p.b[c0:c1], cdt)
