@@ -110,6 +110,12 @@ def reduce_rows(values, reduction: str, denom, shape, rdt):
 
 def nll_loss(x, target, weight, ignore_index, reduction, rdt):
     """``-w_t x[t]`` per row (a gather along the class axis), reduced."""
+    vals, wt = nll_rows(x, target, weight, ignore_index)
+    return reduce_rows(vals, reduction, wt.sum(), np.shape(target), rdt)
+
+
+def nll_rows(x, target, weight, ignore_index):
+    """Per-row ``-w_t x[t]`` (float64, 0 where ignored) and ``w_t``."""
     axis = 1 if x.ndim > 1 else 0
     t, valid, safe, wt = _target_weights(target, weight, ignore_index)
     idx = np.expand_dims(safe, axis)
@@ -117,11 +123,17 @@ def nll_loss(x, target, weight, ignore_index, reduction, rdt):
     picked = np.asarray(picked).astype(np.float64)
     with np.errstate(all="ignore"):
         vals = np.where(valid, -wt * picked, 0.0)
-    return reduce_rows(vals, reduction, wt.sum(), t.shape, rdt)
+    return vals, wt
 
 
 def cross_entropy(x, target, weight, ignore_index, reduction, eps, rdt):
     """Class-index cross-entropy: one fused statistics pass per row block."""
+    vals, wt = ce_rows(x, target, weight, ignore_index, eps, rdt)
+    return reduce_rows(vals, reduction, wt.sum(), np.shape(target), rdt)
+
+
+def ce_rows(x, target, weight, ignore_index, eps, rdt):
+    """Per-row class-index cross-entropy (float64, flat) and ``w_t``."""
     k = _kernels()
     axis = 1 if x.ndim > 1 else 0
     c = int(x.shape[axis])
@@ -142,11 +154,18 @@ def cross_entropy(x, target, weight, ignore_index, reduction, eps, rdt):
                          m[r0:r1], s[r0:r1], zt[r0:r1], zw[r0:r1])
             r0 = r1
     vals = row_loss(m, s, zt, zw, wt.reshape(-1), valid.reshape(-1), big_w, eps, c)
-    return reduce_rows(vals, reduction, wt.sum(), t.shape, rdt)
+    return vals, wt
 
 
 def cross_entropy_probs(x, y, weight, reduction, eps, rdt):
     """Probability-target cross-entropy: ``sum_c w_c q_c (lse - x_c)`` per row."""
+    vals = prob_rows(x, y, weight, eps, rdt)
+    out_shape = (x.shape[0],) + tuple(x.shape[2:]) if x.ndim > 1 else ()
+    return reduce_rows(vals, reduction, vals.size, out_shape, rdt)
+
+
+def prob_rows(x, y, weight, eps, rdt):
+    """Per-row probability-target cross-entropy (float64, flat)."""
     k = _kernels()
     axis = 1 if x.ndim > 1 else 0
     c = int(x.shape[axis])
@@ -164,6 +183,4 @@ def cross_entropy_probs(x, y, weight, reduction, eps, rdt):
             r1 = r0 + xr.shape[0]
             k.prob_rows(storage(xr), storage(yr), cw, has_w, eps, vals[r0:r1])
             r0 = r1
-    elif rows_total:  # zero classes: nothing to sum
-        vals[:] = 0.0
-    return reduce_rows(vals, reduction, rows_total, out_shape, rdt)
+    return vals

@@ -68,7 +68,9 @@ __all__ = [
     "Saved",
     "check",
     "forward",
+    "forward_terms",
     "backward",
+    "rows_of",
     "default_chunk",
     "NumpyOps",
     "ops_for",
@@ -539,7 +541,16 @@ def forward(p: Problem, grads: bool = False, ops=None):
       and a :class:`Saved` for :func:`backward`.
     """
     ops = ops or ops_for(p.kind)
-    rows = rows_of(p, ops)
+    ce, zl, saved = forward_terms(p, ops, grads=grads)
+    loss = reduce_loss(p, saved.rows, ce, zl)
+    return ops.round_loss(loss, p.dtype), saved
+
+
+def forward_terms(p: Problem, ops, *, grads: bool = False, rows: Rows | None = None):
+    """The chunk pass: per-row float64 ``(ce, zl)`` terms (``zl`` None without
+    z-loss) and the :class:`Saved` state. ``rows`` may carry scales other
+    than this problem's own (dask: the global ``"mean"`` denominators)."""
+    rows = rows or rows_of(p, ops)
     n, v, cdt = p.n, p.v, p.cdt
     r_chunk, c_chunk = p.chunk
     fused = grads and p.reduction != "none" and c_chunk >= v
@@ -568,11 +579,10 @@ def forward(p: Problem, grads: bool = False, ops=None):
                      ops.cast(log_s, cdt), p.cap)
             acc.add(z, xr, wc, r0, r1, c0, c1)
     ce, zl = row_loss(p, rows, m, s, zt, zw, ops)
-    loss = reduce_loss(p, rows, ce, zl)
     saved = Saved(p, rows, m, ops.xp.log(s))
     if fused:
         saved.grads = acc.finish()
-    return ops.round_loss(loss, p.dtype), saved
+    return ce, zl, saved
 
 
 def _weight_prefix(p, ops, cw, has_w):
@@ -615,13 +625,14 @@ class _GradAcc:
         return self.gx, self.gw, self.gb
 
 
-def backward(grad_loss, saved: Saved, ops=None):
+def backward(grad_loss, saved: Saved, ops=None, *, result: bool = True):
     """Gradients ``(grad_input, grad_weight, grad_bias)`` in the input's dtype
     (``grad_bias`` None without a bias).
 
     ``grad_loss``: 0-d (scalar reductions) or ``(N,)`` (``"none"``). With
     precomputed gradients (fused schedule) they are scaled by it; otherwise
-    every chunk's logits are recomputed (four GEMMs in all).
+    every chunk's logits are recomputed (four GEMMs in all). ``result=False``
+    returns the compute-dtype accumulators unrounded (dask sums them first).
     """
     p = saved.problem
     ops = ops or ops_for(p.kind)
@@ -629,8 +640,17 @@ def backward(grad_loss, saved: Saved, ops=None):
         # consumed in place: a second backward (retain_graph) recomputes
         grads, saved.grads = saved.grads, None
         d = float(ops.to_host(ops.as_f64(grad_loss)))
-        return tuple(None if g is None else ops.result(ops.scale_(g, d), p.dtype)
-                     for g in grads)
+        grads = tuple(None if g is None else ops.scale_(g, d) for g in grads)
+    else:
+        grads = _recompute_grads(grad_loss, saved, ops)
+    if not result:
+        return grads
+    return tuple(None if g is None else ops.result(g, p.dtype) for g in grads)
+
+
+def _recompute_grads(grad_loss, saved: Saved, ops):
+    """The recompute schedule's backward: every chunk's logits again."""
+    p = saved.problem
     rows = saved.rows
     cdt = p.cdt
     d_all = ops.as_f64(grad_loss)
@@ -656,4 +676,4 @@ def backward(grad_loss, saved: Saved, ops=None):
         a, b, e = row_coefficients(p, rows, sl, lse[sl], d, ops)
         ops.grad(z, c0, rows.target[sl], cw, has_w, a, b, e, m_c[sl], ls_c[sl], p.cap)
         acc.add(z, xr, wc, r0, r1, c0, c1)
-    return tuple(None if g is None else ops.result(g, p.dtype) for g in acc.finish())
+    return acc.finish()
