@@ -24,13 +24,12 @@ parallel region costs more than it saves.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
 
 import logsoftmax as ls
 from logsoftmax import nn
+from logsoftmax.driver.perf import median_seconds
 from logsoftmax.nn import functional as F
 
 LR, MOMENTUM = 0.05, 0.9
@@ -155,26 +154,22 @@ VARIANTS = {
 
 
 def measure(sizes, batch: int, repeat: int, steps: int) -> dict[str, float]:
-    """Median seconds per step of each variant (interleaved rounds)."""
+    """Median seconds per step of each variant: interleaved rounds of
+    ``steps`` steps each, one warm-up round (kernel compilation, allocator,
+    caches) excluded."""
     x, t = make_data(sizes[0], sizes[-1], batch)
     fns = {name: make(sizes, x, t) for name, make in VARIANTS.items()}
-    for fn in fns.values():  # warm-up: kernel compilation, allocator, caches
-        for _ in range(5):
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                fn()
-            times[name].append((time.perf_counter() - t0) / steps)
-    return {name: statistics.median(v) for name, v in times.items()}
+    rounds = {name: (lambda fn=fn: [fn() for _ in range(steps)])
+              for name, fn in fns.items()}
+    return {name: s / steps for name, s in median_seconds(rounds, repeat).items()}
 
 
 def count_nodes(sizes, batch: int) -> int:
     """Ops dispatched in one steady-state step: forward, backward and the
     optimizer (the second step: the first has no momentum buffers yet)."""
-    from logsoftmax.autograd import dispatch as D
+    import importlib
+
+    D = importlib.import_module("logsoftmax.autograd.tensor")  # not ls.tensor
 
     calls = 0
     real = D.dispatch

@@ -29,25 +29,12 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-
-def _median_times(cases: dict, repeat: int) -> dict[str, float]:
-    """Run every case ``repeat`` times, interleaved, after one warm-up each."""
-    for fn in cases.values():
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(repeat):
-        for name, fn in cases.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
+from logsoftmax.driver.perf import median_seconds  # interleaved, warm-up excluded
 
 
 def overhead(rows: int, cols: int, repeat: int) -> None:
@@ -75,7 +62,7 @@ def overhead(rows: int, cols: int, repeat: int) -> None:
         "dask, 8x4 blocks (split axis), store": dask_store(split),
     }
     with dask.config.set(scheduler="threads"):
-        t = _median_times(cases, repeat)
+        t = median_seconds(cases, repeat)
     base = t["cpu backend, one call"]
     nbytes = 2 * x.nbytes
     print(f"\n### Overhead: log_softmax of {rows}x{cols} f32, threaded scheduler "
@@ -122,7 +109,7 @@ def out_of_core(gb: float, repeat: int) -> None:
 
             cases[label] = run
         with dask.config.set(scheduler="threads"):
-            t = _median_times(cases, repeat)
+            t = median_seconds(cases, repeat)
         print(f"\n### Out of core: Zarr {rows}x{cols} f32 ({x.nbytes / 1e9:.2f} GB, "
               f"uncompressed, 256-row chunks) -> Zarr, threaded scheduler "
               f"(median of {repeat})\n")

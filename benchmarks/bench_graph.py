@@ -11,8 +11,9 @@ moves
 - backward (diff_dst, dst -> diff_src): 3 x 4096 x 32000 x 4 B = 1.57 GB,
 
 so the target is a ratio within 5% of 1. Both sides run the same kernels on
-the same buffers, interleaved (graph and functional alternate, order flipped
-every repetition), one warm-up call each excluded; the table reports medians.
+the same buffers, interleaved (graph and functional alternate), one warm-up
+call each excluded; the table reports medians (the driver's timing,
+``logsoftmax.driver.perf.median_seconds``).
 
     python benchmarks/bench_graph.py                # 4096 x 32000, 7 repetitions
     python benchmarks/bench_graph.py --quick        # 512 x 4096, a smoke test
@@ -24,12 +25,12 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
-import time
 
 import numpy as np
 
 import logsoftmax
 from logsoftmax import graph as g
+from logsoftmax.driver.perf import median_seconds
 
 
 def _graph(kind, shape):
@@ -73,10 +74,10 @@ def _setup(kind, inplace, shape, rng):
     return graph_call, functional_call, nbytes
 
 
-def _time(f) -> float:
-    t0 = time.perf_counter()
-    f()
-    return time.perf_counter() - t0
+def _block(f, n: int = 20):
+    """``f`` called ``n`` times: short blocks, so that a preempted block on a
+    busy machine only moves the tail of the distribution."""
+    return lambda: [f() for _ in range(n)]
 
 
 def main(argv=None) -> int:
@@ -93,27 +94,16 @@ def main(argv=None) -> int:
     rows = []
     for kind, inplace in configs:
         graph_call, functional_call, nbytes = _setup(kind, inplace, shape, rng)
-        graph_call(), functional_call()  # warm-up (JIT, page faults)
-        tg, tf = [], []
-        for r in range(repeats):
-            pair = [(graph_call, tg), (functional_call, tf)]
-            for f, acc in (pair if r % 2 == 0 else pair[::-1]):
-                acc.append(_time(f))
-        mg, mf = float(np.median(tg)), float(np.median(tf))
-        rows.append((kind.value, "yes" if inplace else "no", mf, mg, nbytes))
+        t = median_seconds({"graph": graph_call, "functional": functional_call},
+                           repeats)
+        rows.append((kind.value, "yes" if inplace else "no", t["functional"],
+                     t["graph"], nbytes))
         del graph_call, functional_call
-    # The fixed per-call cost, measured where the kernel is negligible: 200
-    # alternating blocks of 20 calls (short blocks, so that a preempted block
-    # on a busy machine only moves the tail of the distribution).
+    # The fixed per-call cost, measured where the kernel is negligible (8 x 16
+    # backward), and the graph's own work alone: execute with the front-door
+    # call replaced by a no-op (a copy of the compiled partition; the original
+    # is untouched). 200 interleaved blocks of 20 calls each.
     tiny_g, tiny_f, _ = _setup(g.OpKind.LogSoftmaxBackward, False, (8, 16), rng)
-    tiny_g(), tiny_f()
-    og, of = [], []
-    for _ in range(200):
-        for f, acc in ((tiny_g, og), (tiny_f, of)):
-            acc.append(_time(lambda: [f() for _ in range(20)]) / 20)
-    over_g, over_f = float(np.median(og)), float(np.median(of))
-    # the graph's own work alone: execute with the front-door call replaced by
-    # a no-op (a copy of the compiled partition; the original is untouched)
     cp, ins, out = _graph(g.OpKind.LogSoftmaxBackward, (8, 16))
     eng = g.Engine(g.EngineKind.cpu)
     strm = g.Stream(eng)
@@ -121,10 +111,12 @@ def main(argv=None) -> int:
     bare._fn = lambda *args, out=None: out
     tin = [g.Tensor(lt, eng) for lt in ins]
     tout = [g.Tensor(out, eng)]
-    own = float(np.median([
-        _time(lambda: [bare.execute(strm, tin, tout) for _ in range(20)]) / 20
-        for _ in range(200)
-    ]))
+    tiny = median_seconds(
+        {"graph": _block(tiny_g), "functional": _block(tiny_f),
+         "own": _block(lambda: bare.execute(strm, tin, tout))},
+        200,
+    )
+    over_g, over_f, own = (tiny[k] / 20 for k in ("graph", "functional", "own"))
     import numba
 
     lines = [

@@ -1,38 +1,69 @@
-"""Timing helpers shared by the benchmarks: interleaved medians, a memory-copy
-baseline, and problem loading from the packaged perf set."""
+"""What the benchmark scripts share: all of it the driver's (``logsoftmax bench``).
+
+The benchmarks time, lay out and describe problems exactly as the
+benchdnn-style driver does, so that a number in docs/performance.md and a
+``logsoftmax bench`` line mean the same thing:
+
+- problems: :class:`logsoftmax.driver.problem.Problem` (here with the short
+  names the benchmark tables use) and the perf set
+  (:func:`logsoftmax.driver.jobs.perf_set`);
+- layouts: :mod:`logsoftmax.formats` (format tags, arrays in a memory order);
+- timing: :func:`logsoftmax.driver.perf.median_seconds` (interleaved rounds,
+  one warm-up call each excluded, medians) over
+  :func:`logsoftmax.driver.perf.measure`;
+- the memory-copy floor: :class:`logsoftmax.driver.perf.CopyBench` (a copy of
+  N bytes) or its kernels :func:`~logsoftmax.driver.perf.copy2` and
+  :func:`~logsoftmax.driver.perf.add3` over the problem's own buffers.
+"""
 
 from __future__ import annotations
 
-import json
-import statistics
-import time
-from dataclasses import dataclass
-from importlib import resources
-from typing import Callable
+from logsoftmax import formats
+from logsoftmax.driver import problem as _problem
+from logsoftmax.driver.jobs import perf_set as load_problems
+from logsoftmax.driver.perf import CopyBench, add3, copy2, measure, median_seconds
 
-import numpy as np
-from numba import njit, prange
+__all__ = [
+    "Problem",
+    "problem_from_json",
+    "load_problems",
+    "strided_empty",
+    "bench_interleaved",
+    "median_seconds",
+    "measure",
+    "CopyBench",
+    "copy2",
+    "add3",
+]
 
-__all__ = ["Problem", "load_problems", "bench_interleaved", "copy2", "add3"]
 
-
-@dataclass(frozen=True)
-class Problem:
-    """One benchmark problem: logical shape, axis, memory order, dtypes."""
-
-    pid: str
-    shape: tuple[int, ...]
-    axis: int
-    #: logical dims in memory order, outermost first (``stag``: "acdb" -> 0,2,3,1)
-    order: tuple[int, ...]
-    src: str  # 'f32' | 'bf16' | 'f16'
-    dst: str
-    direction: str  # 'fwd' | 'bwd'
-    note: str = ""
+class Problem(_problem.Problem):
+    """A LOGSOFTMAX problem of the perf set: the driver's :class:`Problem`,
+    with the names the benchmark tables use."""
 
     @property
-    def nelems(self) -> int:
-        return int(np.prod(self.shape))
+    def pid(self) -> str:
+        """Short id: ``p08`` for ``perf08``."""
+        return self.name or ""
+
+    @property
+    def order(self) -> tuple[int, ...]:
+        """Logical dims in memory order, outermost first (``acdb``: 0, 2, 3, 1)."""
+        return formats.tag_permutation(self.src_tag, len(self.shape))
+
+    @property
+    def src(self) -> str:
+        """Data type of the inputs (src; backward: diff_dst and dst)."""
+        return self.in_dt
+
+    @property
+    def dst(self) -> str:
+        """Data type of the output (dst; backward: diff_src)."""
+        return self.out_dt
+
+    @property
+    def direction(self) -> str:
+        return "fwd" if self.is_fwd else "bwd"
 
     def label(self) -> str:
         dims = "x".join(map(str, self.shape))
@@ -41,67 +72,31 @@ class Problem:
         return f"{self.pid} {dims}{layout} ax{self.axis} {dt} {self.direction}"
 
 
-def _order(stag: str) -> tuple[int, ...]:
-    return tuple(ord(c) - ord("a") for c in stag)
-
-
-def load_problems() -> list[dict]:
-    """The 12 problems of ``logsoftmax/data/perf_set.json`` as dicts."""
-    text = resources.files("logsoftmax").joinpath("data/perf_set.json").read_text()
-    return json.loads(text)
-
-
 def problem_from_json(p: dict, src: str, dst: str, direction: str) -> Problem:
+    """The LOGSOFTMAX problem of perf-set entry ``p`` with input data type
+    ``src``, output data type ``dst`` and ``direction`` (``fwd``/``bwd``)."""
+    fwd = direction == "fwd"
     return Problem(
-        pid=p["perf_id"].replace("perf", "p"),
-        shape=tuple(p["shape"]),
+        dims=tuple(int(n) for n in p["shape"]),
+        dir="FWD_D" if fwd else "BWD_D",
+        alg="LOGSOFTMAX",
+        # benchdnn's convention: backward sdt is diff_src's, ddt dst's/diff_dst's
+        sdt=src if fwd else dst,
+        ddt=dst if fwd else src,
+        stag=p["stag"],
         axis=int(p["axis"]),
-        order=_order(p["stag"]),
-        src=src,
-        dst=dst,
-        direction=direction,
+        name=p["perf_id"].replace("perf", "p"),
     )
 
 
-def strided_empty(shape, order, dtype) -> np.ndarray:
-    """An uninitialised array of logical ``shape`` laid out in memory ``order``."""
-    mem_shape = [shape[d] for d in order]
-    base = np.empty(mem_shape, dtype)
-    inverse = np.argsort(order)
-    return base.transpose(inverse)
+def strided_empty(shape, order, dtype):
+    """An uninitialised array of logical ``shape`` laid out in memory ``order``
+    (:func:`logsoftmax.formats.empty_in_order`, arguments in bench_cpu's order)."""
+    return formats.empty_in_order(shape, dtype, order)
 
 
-def bench_interleaved(
-    fns: dict[str, Callable[[], object]], repeat: int, skip_repeat: dict | None = None
-) -> dict[str, float]:
-    """Median seconds per call of each function, timed round-robin.
-
-    One warm-up call each (compilation, first-touch of reused buffers) is
-    excluded. ``skip_repeat`` caps the repeats of slow entries (NumPy).
-    """
-    skip_repeat = skip_repeat or {}
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for fn in fns.values():
-        fn()
-    for r in range(repeat):
-        for name, fn in fns.items():
-            if r >= skip_repeat.get(name, repeat):
-                continue
-            t = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t)
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
-@njit(parallel=True, cache=True)
-def copy2(a, b):
-    """``b[:] = a``: 2 streams (read + write), the forward's floor."""
-    for i in prange(a.shape[0]):
-        b[i] = a[i]
-
-
-@njit(parallel=True, cache=True)
-def add3(a, b, c):
-    """``c[:] = a + b``: 3 streams, the backward's floor."""
-    for i in prange(a.shape[0]):
-        c[i] = a[i] + b[i]
+def bench_interleaved(fns, repeat: int, skip_repeat: dict | None = None):
+    """Median seconds per call, ``repeat`` interleaved rounds after one warm-up
+    (:func:`logsoftmax.driver.perf.median_seconds`; ``skip_repeat`` caps the
+    samples of slow entries)."""
+    return median_seconds(fns, repeat, max_times=skip_repeat)

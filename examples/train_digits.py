@@ -5,8 +5,9 @@ the fused ``cross_entropy`` (log_softmax + NLL forward, softmax minus one-hot
 backward), the autograd engine, and an SGD-with-momentum optimizer written
 with the library's own Tensor ops. It trains twice, in float32 and under
 ``autocast(bfloat16)`` (matmuls in bf16, the loss in float32, float32
-master weights), prints a progress bar per epoch (tqdm if installed), and
-saves a loss/accuracy plot.
+master weights), shows a progress bar per epoch on a terminal (tqdm if
+installed; one line per epoch when the output is a log), and saves a
+loss/accuracy plot.
 
     python examples/train_digits.py            # full run
     python examples/train_digits.py --quick    # the `make demo` settings
@@ -127,7 +128,11 @@ def train(
 
 
 def _bar(items, desc: str, progress: bool):
-    if not progress:
+    """A progress bar over ``items`` on a terminal. Without one (a log, CI,
+    ``make demo | tee``) the bar's carriage-return redraws would pile up into
+    a wall of text, so the items come back bare and :func:`train` prints one
+    line per epoch instead."""
+    if not (progress and sys.stdout.isatty()):
         return items
     try:
         from tqdm import tqdm

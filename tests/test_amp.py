@@ -169,4 +169,4 @@ def test_casts_are_recorded_nodes():
     with amp.autocast(BF16):
         y = F.log_softmax(x, 1)
     cast = y.grad_fn.next_functions[0]
-    assert type(cast).__name__ == "CastBackward" and cast.next_functions == (x,)
+    assert cast.name() == "CastBackward" and cast.next_functions == (x,)

@@ -363,6 +363,45 @@ def test_loss_target_errors():
     F.nll_loss(lp, ls.tensor(np.array([0, -100, 2, -100])))
 
 
+@pytest.mark.parametrize("fn", ["nll_loss", "cross_entropy"])
+@pytest.mark.parametrize(
+    "x_dt, w_dt",
+    [
+        (np.float32, np.float16),
+        (np.float32, np.float64),
+        (np.float64, np.float32),
+        (ls.bfloat16, np.float32),
+        (np.float32, np.int64),
+    ],
+)
+def test_loss_weight_of_another_dtype_raises(fn, x_dt, w_dt):
+    # PyTorch raises rather than cast the class weights silently (issue 13).
+    x = ls.tensor(_x((4, 3), x_dt), requires_grad=True)
+    w = np.array([1, 2, 3], w_dt)
+    want = f"{fn}: weight has dtype {np.dtype(w_dt)}, expected {np.dtype(x_dt)}"
+    with pytest.raises(TypeError, match=want):
+        getattr(F, fn)(x, np.array([0, 1, 2, 1]), weight=w)
+    with pytest.raises(TypeError, match="weight has dtype"):
+        getattr(F, fn)(x, np.array([0, 1, 2, 1]), weight=ls.tensor(w))
+
+
+@pytest.mark.parametrize("fn", ["nll_loss", "cross_entropy"])
+def test_loss_weight_under_autocast_is_cast_like_the_input(fn):
+    # PyTorch's autocast casts every float32/bf16/f16 argument of an fp32 op.
+    x = _x((4, 3), ls.bfloat16)
+    t = np.array([0, 1, 2, 1])
+    w = np.array([0.5, 2.0, 3.0])
+    want = getattr(F, fn)(x.astype(np.float32), t, weight=w.astype(np.float32))
+    for w_dt in (np.float32, ls.bfloat16, np.float16):
+        with ls.amp.autocast(ls.bfloat16):
+            got = getattr(F, fn)(x, t, weight=w.astype(w_dt))
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    with ls.amp.autocast(ls.bfloat16):  # float64 is never cast, so it mismatches
+        with pytest.raises(TypeError, match="dtype float64, expected float32"):
+            getattr(F, fn)(x, t, weight=w)
+
+
 def test_ignore_index_and_weighted_mean_follow_pytorch():
     lp = np.log(np.array([[0.2, 0.8], [0.5, 0.5], [0.9, 0.1]]))
     t = np.array([1, -100, 0])

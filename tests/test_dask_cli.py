@@ -102,3 +102,21 @@ def test_dask_run_usage_errors_return_2(capsys):
     assert "--output" in capsys.readouterr().err
     assert cli_main(["dask-run", "--help"]) == 0
     assert "--scheduler" in capsys.readouterr().out
+
+
+def test_dask_run_progress_bar_only_on_a_terminal(tmp_path, logits, capsys,
+                                                 monkeypatch):
+    """In a log (no TTY) one line when done, no carriage-return redraws; on a
+    terminal Dask's own bar."""
+    _, src = logits
+    argv = ["dask-run", "--input", src, "--output", str(tmp_path / "a.zarr")]
+    assert cli_main(argv) == 0
+    cap = capsys.readouterr()
+    assert "\r" not in cap.out + cap.err
+    assert cap.out.count("100% Completed") == 1
+    assert cap.out.splitlines()[0].startswith("dask: 100% Completed | ")
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    argv[-1] = str(tmp_path / "b.zarr")
+    assert cli_main(argv) == 0
+    out = capsys.readouterr().out
+    assert "\r[" in out and "| 100% Completed |" in out  # dask's ProgressBar

@@ -282,19 +282,6 @@ def test_zero_trust():
     assert r.passed and not r.mistrusted
 
 
-def test_eps_error_metric():
-    ref = np.array([1.0, -3.0, 1e-3, -np.inf], np.float64)
-    got = np.array([1.0 + 4 * EPS32, -3.0 - 6 * EPS32, 1e-3 + EPS32, -np.inf],
-                   np.float32)
-    err = compare.eps_error(got, ref, "f32")
-    assert err == pytest.approx(4.0, rel=1e-3)  # |d| / (eps * max(1, |ref|))
-    assert compare.eps_error(got[1:], ref[1:], "f32") == pytest.approx(2.0, rel=1e-3)
-    # f16 overflow to the correctly rounded -inf is exact, a finite miss is not
-    assert compare.eps_error(np.float16([-np.inf]), np.array([-65600.0]), "f16") == 0.0
-    miss = compare.eps_error(np.float16([-np.inf]), np.array([-65000.0]), "f16")
-    assert miss == np.inf
-
-
 # --------------------------------------------------------------------------
 # fills
 # --------------------------------------------------------------------------
@@ -487,6 +474,22 @@ def test_main_job_quick_subset_runs_and_prints_a_table(capsys):
     assert rc == 0, out
     assert "logsoftmax" in out and "numpy" in out and "torch" in out
     assert "tests:6 passed:6" in out
+
+
+def test_main_job_shows_its_table_and_perf_lines_only_when_asked(capsys):
+    # one quick problem (the attention rows, bf16 backward), timed once
+    args = ("--quick", "--mode=P", "--match=BWD_D --sdt=bf16 .*1x16x128x384",
+            "--fix-times-per-prb=1")
+    rc, out, _ = _run(capsys, *args)
+    assert rc == 0, out
+    assert "perf," not in out and "0:EXECUTED __REPRO" in out
+    assert re.search(r"^quick-attn 1x16x128x384 .*bwd bf16 \|", out, re.M)  # table
+    rc, out, _ = _run(capsys, *args, "--perf-template=def")
+    assert rc == 0, out
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("perf,")]
+    assert line.startswith("perf,cpu,") and ",numpy" not in line  # values only
+    rc, out, _ = _run(capsys, *args, "--perf-template=%prb%:%state%")
+    assert "--softmax --dir=BWD_D" in out and ":EXECUTED\n" in out
 
 
 def _public() -> list[dict]:

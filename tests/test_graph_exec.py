@@ -70,7 +70,7 @@ def oracle(kind, arrays, axis):
 
 def strided_buffer(lt, values):
     """A flat buffer holding ``values`` in ``lt``'s layout (padding = 7)."""
-    npdt = lt.dtype.numpy_dtype
+    npdt = lt.get_data_type().numpy_dtype
     buf = np.full(lt.get_mem_size() // npdt.itemsize, 7, npdt)
     np.ndarray(lt.shape, npdt, buffer=buf, strides=lt.byte_strides())[...] = values
     return buf
@@ -202,7 +202,8 @@ def test_tensor_buffers_and_views(rng):
     t = g.Tensor(lt, ENG, raw)
     t.numpy()[...] = 1
     assert np.shares_memory(t.numpy(), raw) and raw.view(np.uint16).all()
-    arr = np.zeros((6, 4), lt.dtype.numpy_dtype).T  # logical shape, same strides
+    # the logical shape, with the same strides
+    arr = np.zeros((6, 4), lt.get_data_type().numpy_dtype).T
     assert g.Tensor(lt, ENG, arr).numpy() is arr
     t.set_data_handle(bytearray(48))
     assert t.numpy().flags.writeable
@@ -227,6 +228,70 @@ def test_tensor_rejects_bad_buffers(buffer, match):
     with pytest.raises(g.InvalidArgumentError,
                        match="could not create tensor for logical tensor 3: " + match):
         g.Tensor(lt, ENG, buffer)
+
+
+# API.md section 5, last paragraph: which buffers back an [8, 100] f32 tensor
+_LT = g.LogicalTensor(4, g.DataType.f32, [8, 100])
+_ACCEPTED = {
+    "logical shape": lambda: np.zeros((8, 100), np.float32),
+    "flat 1-D, exact": lambda: np.zeros(800, np.float32),
+    "flat 1-D, larger": lambda: np.zeros(801, np.float32),
+    "bytearray": lambda: bytearray(3200),
+    "bytes-like, larger": lambda: memoryview(bytearray(4000)),
+    "raw uint8": lambda: np.zeros(3200, np.uint8),
+    "raw int8, 2-D": lambda: np.zeros((32, 100), np.int8),
+}
+_REJECTED = {
+    "transposed shape": (lambda: np.zeros((100, 8), np.float32),
+                         r"buffer is a float32 array of shape \[100, 8\]"),
+    "larger 2-D": (lambda: np.zeros((8, 101), np.float32),
+                   r"buffer is a float32 array of shape \[8, 101\]"),
+    "extra unit dim": (lambda: np.zeros((8, 100, 1), np.float32),
+                       r"buffer is a float32 array of shape \[8, 100, 1\]"),
+    "flat 2-D of the dtype": (lambda: np.zeros((1, 800), np.float32),
+                              r"buffer is a float32 array of shape \[1, 800\]"),
+    "flat, too small": (lambda: np.zeros(799, np.float32),
+                        "buffer holds 3196 bytes, expected at least 3200"),
+    "raw, too small": (lambda: np.zeros(3199, np.uint8),
+                       "buffer holds 3199 bytes, expected at least 3200"),
+    "bytes, too small": (lambda: bytearray(100),
+                         "buffer holds 100 bytes, expected at least 3200"),
+}
+
+
+@pytest.mark.parametrize("make", _ACCEPTED.values(), ids=list(_ACCEPTED))
+def test_buffer_contract_accepts(make):
+    buf = make()
+    view = g.Tensor(_LT, ENG, buf).numpy()
+    assert view.shape == (8, 100) and view.dtype == np.float32
+    view[...] = 1.5  # the caller's memory, no copy
+    raw = np.frombuffer(buf, np.uint8) if not isinstance(buf, np.ndarray) else buf
+    assert np.shares_memory(view, raw)
+
+
+@pytest.mark.parametrize("make, match", _REJECTED.values(), ids=list(_REJECTED))
+def test_buffer_contract_rejects(make, match):
+    with pytest.raises(g.InvalidArgumentError,
+                       match="could not create tensor for logical tensor 4: " + match):
+        g.Tensor(_LT, ENG, make())
+
+
+@pytest.mark.parametrize("shape", [(16, 8), (8, 17), (8, 16, 1)])
+def test_execute_never_reinterprets_another_shape(shape):
+    """A tensor of unknown dims is matched at execute: an ndarray of another
+    shape is an error naming op, port and problem, never raw memory."""
+    cp, ins, out, (tdy, ty) = _bwd(shape=(8, 16), dt=g.DataType.f32)
+    loose = g.LogicalTensor(9, g.DataType.f32, -1, g.LayoutType.any)
+    buf = np.full(shape, 7.0, np.float32)
+    _, msg = _exec_error(cp, [tdy, ty], [g.Tensor(loose, ENG, buf)])
+    what = f"buffer is a float32 array of shape {list(shape)}"
+    assert f"output 0 (diff_src) {what}" in msg
+    assert "never reinterpreted" in msg
+    assert (buf == 7.0).all()  # nothing written
+    loose_in = g.LogicalTensor(0, g.DataType.f32, -1, g.LayoutType.any)
+    tdx = g.Tensor(out, ENG)
+    _, msg = _exec_error(cp, [g.Tensor(loose_in, ENG, buf), ty], [tdx])
+    assert f"input 0 (diff_dst) {what}" in msg
 
 
 def _bwd(shape=(8, 16), dt=g.DataType.bf16):

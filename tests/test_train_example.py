@@ -75,3 +75,20 @@ def test_bf16_run_really_uses_bf16_matmuls(td):
     assert hidden.dtype == ls.bfloat16 and loss.dtype == ls.float32
     loss.backward()
     assert all(p.grad.dtype == ls.float32 for p in model.parameters())
+
+
+def test_progress_bar_only_on_a_terminal(td, capsys, monkeypatch):
+    """`make demo` in a log: one line per epoch, no carriage-return bar."""
+    data = td.load_data(0)
+    small = tuple(a[:256] for a in data)
+    td.train(small, epochs=2, batch=64, label="f32", hidden=8)
+    out = capsys.readouterr().out
+    assert "\r" not in out
+    assert [ln.split(":")[0] for ln in out.splitlines()] == ["f32 epoch 1",
+                                                            "f32 epoch 2"]
+    items = [1, 2]
+    assert td._bar(items, "x", progress=True) is items  # stdout is no TTY
+    monkeypatch.setattr(td.sys.stdout, "isatty", lambda: True)
+    bar = td._bar(items, "x", progress=True)  # a bar on a terminal
+    assert bar is not items and list(bar) == items
+    assert td._bar(items, "x", progress=False) is items

@@ -30,7 +30,8 @@ _LAZY = {
     "no_grad": ("logsoftmax.autograd", "no_grad"),
     "AmpPolicy": ("logsoftmax.schema", "AmpPolicy"),
     "OpSchema": ("logsoftmax.schema", "OpSchema"),
-    "registry": ("logsoftmax.schema", "registry"),
+    # through autograd: importing it registers every op's schema
+    "registry": ("logsoftmax.autograd", "registry"),
 }
 _SUBMODULES = ("amp", "autograd", "graph", "nn", "schema", "cli", "backends", "dtypes")
 

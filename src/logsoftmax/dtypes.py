@@ -25,6 +25,7 @@ __all__ = [
     "SUPPORTED",
     "LOW_PRECISION",
     "result_dtype",
+    "accumulation_dtype",
     "check_supported",
     "eps",
     "name_of",
@@ -68,6 +69,12 @@ def result_dtype(dtype, fn: str = "logsoftmax", arg: str = "x") -> np.dtype:
         "(float32, bfloat16, float16, float64) or an integer/bool dtype "
         "(promoted to float32)"
     )
+
+
+def accumulation_dtype(dtype) -> np.dtype:
+    """The dtype sums run in for data of ``dtype``: float64 for float64,
+    float32 for everything else (the low-precision types included)."""
+    return float64 if dtype == float64 else float32
 
 
 def check_supported(dtype, fn: str, arg: str) -> np.dtype:

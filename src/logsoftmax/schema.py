@@ -3,12 +3,16 @@
 An :class:`OpSchema` names an op and fixes the facts the dispatcher needs
 without running it: its version, its AMP policy (:class:`AmpPolicy`), whether
 it is deterministic, and how many tensor inputs and outputs it has. The
-autograd dispatcher (:mod:`logsoftmax.autograd.dispatch`) reads the schema of
-the node class it runs and applies the AMP rule there, so no op mentions
-autocast itself.
+autograd dispatcher (:func:`logsoftmax.autograd.tensor.dispatch`) reads the
+schema of the op class it runs and applies the AMP rule there, so no op
+mentions autocast itself.
 
-Schemas are registered by decorating a node class with :func:`register`, and
-:func:`registry` returns ``name -> OpSchema`` for every registered op:
+Schemas are registered by decorating an op class with :func:`register`, and
+:func:`registry` returns ``name -> OpSchema`` for every registered op. This
+module is the ground floor: it imports nothing of the package. The registry
+fills itself when the ops' modules are imported, which importing
+:mod:`logsoftmax.autograd` does (``logsoftmax.registry`` is resolved through
+that package, so it always lists every op):
 
 >>> import logsoftmax
 >>> logsoftmax.registry()["log_softmax"]  # doctest: +NORMALIZE_WHITESPACE
@@ -113,20 +117,13 @@ def register(schema: OpSchema) -> Callable[[T], T]:
     return decorate
 
 
-def _ensure_ops_loaded() -> None:
-    # The ops live with their autograd nodes; importing them registers them.
-    from .autograd import nodes  # noqa: F401
-
-
 def registry() -> Mapping[str, OpSchema]:
     """``name -> OpSchema`` for every registered op (a read-only view)."""
-    _ensure_ops_loaded()
     return types.MappingProxyType(dict(sorted(_REGISTRY.items())))
 
 
 def get_schema(name: str) -> OpSchema:
     """The schema registered as ``name``; ``KeyError`` listing the known ops."""
-    _ensure_ops_loaded()
     try:
         return _REGISTRY[name]
     except KeyError:

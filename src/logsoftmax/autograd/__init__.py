@@ -10,21 +10,25 @@ array([[ 0.09  ,  0.2447, -0.3348]])
 
 See ``docs/autograd.md`` for the model: nodes, schemas, saved outputs,
 ``apply``, double backward and autocast.
+
+Modules, each importing only those listed before it: :mod:`.grad_mode`,
+:mod:`._array` (every array-type-specific line), :mod:`.engine` (``Node``,
+the backward sweep), :mod:`.tensor` (``Tensor``, ``Function`` and the one
+dispatcher), :mod:`.nodes` (the ops; they and ``Tensor`` import each other),
+:mod:`.losses` (``nll_loss``, ``cross_entropy``). Importing this package
+registers every op's schema (:func:`registry`).
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
+from ..schema import registry
 from .engine import Node, run_backward
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
-from .tensor import Tensor, _check_roots, as_tensor, tensor
-from .nodes import (  # noqa: E402  (registers every op's schema)
-    CrossEntropyBackward,
-    LogSoftmaxBackward,
-    NllLossBackward,
-    SoftmaxBackward,
-)
+from .losses import CrossEntropy, CrossEntropyBackward, NllLoss, NllLossBackward
+from .nodes import LogSoftmax, LogSoftmaxBackward, Softmax, SoftmaxBackward
+from .tensor import Function, Tensor, _check_roots, as_tensor, tensor
 
 __all__ = [
     "Tensor",
@@ -35,7 +39,15 @@ __all__ = [
     "set_grad_enabled",
     "is_grad_enabled",
     "grad",
+    "registry",
+    # the graph and the ops (API.md section 4)
     "Node",
+    "Function",
+    "LogSoftmax",
+    "Softmax",
+    "NllLoss",
+    "CrossEntropy",
+    # PyTorch-style names of the same classes (``y.grad_fn.name()``)
     "LogSoftmaxBackward",
     "SoftmaxBackward",
     "NllLossBackward",

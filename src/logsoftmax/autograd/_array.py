@@ -8,7 +8,9 @@ supporting another array type means extending these functions only.
 - numpy and dask arrays share one path: numpy functions dispatch to dask
   through ``__array_function__`` / ``__array_ufunc__`` and methods
   (``.astype``, ``.sum``, ``.reshape``) exist on both.
-- torch tensors get small explicit branches (``_is_torch``).
+- torch tensors get small explicit branches (``is_torch_tensor``). Array-type
+  detection and the numpy <-> torch dtype mapping have one home,
+  :mod:`logsoftmax.backends`, shared with the CUDA backend.
 - Array-type-specific code: :func:`scatter_sub_` mutates its argument (numpy
   and torch only; a dask array is immutable and needs a functional variant,
   see its docstring), and :func:`check_targets` range-checks eagerly (for a
@@ -25,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from ..backends import is_dask_array
+from ..backends import is_dask_array, is_torch_tensor, numpy_dtype, torch_dtype
 
 __all__ = [
     "is_array",
@@ -61,29 +63,11 @@ _FLOAT_ORDER = {
 }
 
 
-def _is_torch(a) -> bool:
-    return not isinstance(a, np.ndarray) and type(a).__module__.startswith("torch")
-
-
 def is_array(a) -> bool:
     """Whether ``a`` is a backend array (kept as is by ``tensor()``)."""
     if isinstance(a, np.ndarray):
         return True
-    return (is_dask_array(a) or _is_torch(a)) and hasattr(a, "shape")
-
-
-def _torch_dtype(dt: np.dtype):
-    import torch
-
-    return {
-        dtypes.float32: torch.float32,
-        dtypes.float64: torch.float64,
-        dtypes.float16: torch.float16,
-        dtypes.bfloat16: torch.bfloat16,
-        np.dtype(np.int64): torch.int64,
-        np.dtype(np.int32): torch.int32,
-        np.dtype(np.bool_): torch.bool,
-    }[np.dtype(dt)]
+    return (is_dask_array(a) or is_torch_tensor(a)) and hasattr(a, "shape")
 
 
 def dtype_of(a) -> np.dtype:
@@ -91,16 +75,15 @@ def dtype_of(a) -> np.dtype:
     dt = a.dtype
     if isinstance(dt, np.dtype):  # numpy and dask: the hot path
         return dt
-    name = str(dt).removeprefix("torch.")
-    return dtypes.bfloat16 if name == "bfloat16" else np.dtype(name)
+    return numpy_dtype(dt)
 
 
 def astype(a, dt: np.dtype):
     """``a`` cast to ``dt`` (no copy when it already has that dtype)."""
     if dtype_of(a) == dt:
         return a
-    if _is_torch(a):
-        return a.to(_torch_dtype(dt))
+    if is_torch_tensor(a):
+        return a.to(torch_dtype(dt))
     return a.astype(dt)
 
 
@@ -125,15 +108,15 @@ def scalar_like(value, dt: np.dtype) -> np.ndarray:
 
 def copy(a):
     """A fresh array with ``a``'s values."""
-    return a.clone() if _is_torch(a) else a.copy()
+    return a.clone() if is_torch_tensor(a) else a.copy()
 
 
 def zeros(shape, dt: np.dtype, like):
     """Zeros of ``shape``/``dt`` of ``like``'s array type (and device)."""
-    if _is_torch(like):
+    if is_torch_tensor(like):
         import torch
 
-        return torch.zeros(tuple(shape), dtype=_torch_dtype(dt), device=like.device)
+        return torch.zeros(tuple(shape), dtype=torch_dtype(dt), device=like.device)
     if isinstance(like, np.ndarray):
         return np.zeros(shape, dt)
     return np.zeros(shape, dt, like=like)
@@ -141,7 +124,7 @@ def zeros(shape, dt: np.dtype, like):
 
 def ones_like(a):
     """Ones of ``a``'s shape, dtype and array type."""
-    if _is_torch(a):
+    if is_torch_tensor(a):
         import torch
 
         return torch.ones_like(a)
@@ -152,7 +135,7 @@ def reduce_sum(a, axis, keepdims: bool):
     """Sum over ``axis`` (int, tuple or None); low precision accumulates in f32."""
     dt = dtype_of(a)
     acc = astype(a, dtypes.float32) if dt in _LOW else a
-    if _is_torch(a):
+    if is_torch_tensor(a):
         dims = tuple(range(a.ndim)) if axis is None else axis
         r = acc.sum(dim=dims, keepdim=keepdims)
     else:
@@ -177,7 +160,7 @@ def broadcast_to(a, shape: tuple[int, ...]):
     """A read-only broadcast view of ``a`` with ``shape``."""
     if tuple(a.shape) == tuple(shape):
         return a
-    if _is_torch(a):
+    if is_torch_tensor(a):
         return a.expand(tuple(shape))
     return np.broadcast_to(a, shape)
 
@@ -193,19 +176,19 @@ def matmul(a, b):
 
 def relu(a):
     """``max(a, 0)`` elementwise; NaN stays NaN (as torch.relu)."""
-    if _is_torch(a):
+    if is_torch_tensor(a):
         return a.clamp(min=0)
     return np.maximum(a, scalar_like(0, dtype_of(a)))
 
 
 def exp(a):
     """Elementwise ``e**a`` in ``a``'s dtype."""
-    return a.exp() if _is_torch(a) else np.exp(a)
+    return a.exp() if is_torch_tensor(a) else np.exp(a)
 
 
 def where(cond, a, b):
     """Elementwise ``a if cond else b``."""
-    if _is_torch(cond):
+    if is_torch_tensor(cond):
         import torch
 
         return torch.where(cond, a, b)
@@ -219,7 +202,7 @@ def take(table, idx):
 
 def swap_last(a):
     """``a`` with its last two axes swapped (a view)."""
-    return a.transpose(-1, -2) if _is_torch(a) else a.swapaxes(-1, -2)
+    return a.transpose(-1, -2) if is_torch_tensor(a) else a.swapaxes(-1, -2)
 
 
 def expand_at(a, axis: int):
@@ -236,7 +219,7 @@ def _index(target, axis: int):
 def gather(a, target, axis: int):
     """``a[..., target, ...]`` along the class ``axis``: shape ``target.shape``."""
     idx = _index(target, axis)
-    if _is_torch(a):
+    if is_torch_tensor(a):
         import torch
 
         return torch.gather(a, axis, idx).squeeze(axis)
@@ -253,7 +236,7 @@ def scatter(values, target, axis: int, shape, like):
     out = zeros(shape, dt, like)
     idx = _index(target, axis)
     vals = expand_at(values, axis)
-    if _is_torch(out):
+    if is_torch_tensor(out):
         return out.scatter_(axis, idx, vals)
     np.put_along_axis(out, idx, vals, axis=axis)
     return out
@@ -274,7 +257,7 @@ def scatter_sub_(a, values, target, axis: int):
         return scatter_sub(a, values, target, axis)
     idx = _index(target, axis)
     vals = expand_at(values, axis)
-    if _is_torch(a):
+    if is_torch_tensor(a):
         return a.scatter_add_(axis, idx, -vals)
     cur = np.take_along_axis(a, idx, axis=axis)
     np.put_along_axis(a, idx, cur - vals.astype(a.dtype), axis=axis)

@@ -1,4 +1,4 @@
-"""The autograd engine: the ``Node`` base class and ``backward``.
+"""The autograd engine: the graph's vertex, :class:`Node`, and ``backward``.
 
 A graph is made of :class:`Node` objects, one per recorded op output. A node
 knows, per input, where that input's gradient goes (``next_functions``: the
@@ -12,6 +12,10 @@ Gradients are Tensors all the way: with ``create_graph=True`` the sweep runs
 with grad mode on, so every op a backward rule calls is itself recorded and
 can be differentiated again; otherwise it runs under ``no_grad`` and the ops
 are plain (fused) kernel calls. Autocast is always off during the sweep.
+
+This module sits below ``Tensor``: it never imports it (a gradient's own
+type builds the Tensors it needs). How an op runs forward, and ``apply``,
+live with ``Tensor`` in :mod:`.tensor` (:class:`~.tensor.Function`).
 """
 
 from __future__ import annotations
@@ -20,69 +24,47 @@ import weakref
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from .. import amp
+from . import _array
 from .grad_mode import _GRAD, no_grad
 
 if TYPE_CHECKING:
-    from ..schema import OpSchema
     from .tensor import Tensor
 
 __all__ = ["Node", "run_backward"]
 
 
 class Node:
-    """One recorded op: its gradient rule plus the edges to its inputs.
+    """One recorded op output: its gradient rule plus the edges to its inputs.
 
-    Subclasses (one per op, in :mod:`.nodes`) carry an ``OpSchema`` and
-    implement ``compute`` (arrays in, one array out, saving what the gradient
-    needs in named fields listed in ``saved_fields``) and ``backward`` (the
-    output's gradient Tensor in, one gradient Tensor or ``None`` per input).
+    Subclasses implement ``backward`` (the output's gradient Tensor in, one
+    gradient Tensor or ``None`` per input) and list the attributes that hold
+    saved arrays in ``saved_fields`` (freed by :meth:`release`). Ops derive
+    from :class:`~.tensor.Function`, which adds the forward.
+
+    The edges are class-level defaults (no ``__init__``), written per
+    instance only when the node is recorded: creating a node costs nothing.
     """
 
-    schema: ClassVar["OpSchema"]
+    #: PyTorch-style display name (``y.grad_fn``, errors): by default the
+    #: class name + ``"Backward"``, set for each subclass
+    display_name: ClassVar[str] = "Node"
     #: attributes dropped by :meth:`release` after a backward pass
     saved_fields: ClassVar[tuple[str, ...]] = ()
-    #: keep the (cast) input Tensors in ``self.inputs`` for ``backward``
-    keep_inputs: ClassVar[bool] = False
+    #: per input: the producing Node, the leaf Tensor, or None (no gradient)
+    next_functions: tuple[Any, ...] = ()
+    #: per input: ``(shape, dtype)``, or None for an absent input
+    input_meta: tuple[Any, ...] = ()
+    _freed = False
+    _retained: list[weakref.ref] | None = None
 
-    def __init__(self) -> None:
-        self.next_functions: tuple[Any, ...] = ()
-        self.input_meta: tuple[Any, ...] = ()
-        self.inputs: list["Tensor | None"] | None = None
-        self._freed = False
-        self._retained: list[weakref.ref] | None = None
-
-    def prepare(self, *inputs: "Tensor | None") -> None:
-        """Validate the inputs and store the op's attributes (keyword args)."""
-
-    def promote(self, dtypes: list) -> list | None:
-        """Per-input dtypes the op itself needs (e.g. a common dtype), or None."""
-        return None
-
-    @classmethod
-    def forward(cls, *inputs, **attrs) -> "Tensor":
-        """Validate, apply the schema's AMP policy, compute, and record."""
-        return _dispatch.dispatch(cls, inputs, attrs)
-
-    def compute(self, *arrays):  # pragma: no cover - abstract
-        raise NotImplementedError
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "display_name" not in cls.__dict__:
+            cls.display_name = cls.__name__ + "Backward"
 
     def backward(self, grad: "Tensor") -> Sequence["Tensor | None"]:  # pragma: no cover
         """The gradient rule: one Tensor (or None) per input."""
         raise NotImplementedError
-
-    def apply(self, grad_out) -> list:
-        """Eager backward: ``grad_out`` (Tensor or array) -> one array (or
-        ``None``) per input, computed by the op's fused backward kernel."""
-        from .tensor import as_tensor
-
-        self._check_alive()
-        token = amp._disabled()
-        try:
-            with no_grad():
-                grads = self.backward(as_tensor(grad_out))
-        finally:
-            amp._restore(token)
-        return [None if g is None else g.data for g in grads]
 
     def release(self) -> None:
         """Free the saved arrays (after a backward without ``retain_graph``)."""
@@ -93,17 +75,21 @@ class Node:
     def _check_alive(self) -> None:
         if self._freed:
             raise RuntimeError(
-                f"{type(self).__name__}: trying to backward through the graph a "
+                f"{self.display_name}: trying to backward through the graph a "
                 "second time (or to use saved tensors after they were freed); "
                 "the saved arrays are released after .backward(). Pass "
                 "retain_graph=True to the first backward to keep them."
             )
 
     def name(self) -> str:
-        return type(self).__name__
+        """The display name, as PyTorch's ``grad_fn.name()``."""
+        return self.display_name
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.schema.name} v{self.schema.version}>"
+        schema = getattr(self, "schema", None)
+        if schema is None:
+            return f"<{self.display_name}>"
+        return f"<{self.display_name} {schema.name} v{schema.version}>"
 
 
 def _toposort(starts: Sequence[Node]) -> list[Node]:
@@ -132,16 +118,13 @@ def _toposort(starts: Sequence[Node]) -> list[Node]:
 
 def _accumulate(t: "Tensor", g: "Tensor", create_graph: bool) -> None:
     """``t.grad += g``, out of place (so an earlier ``.grad`` is never mutated)."""
-    from . import _array
-    from .tensor import Tensor
-
     if create_graph:
         t._grad = g if t._grad is None else t._grad + g
     elif t._grad is None:
-        t._grad = Tensor._make(_array.copy(g.data))  # never alias a caller's array
+        t._grad = type(g)._make(_array.copy(g.data))  # never alias a caller's array
     else:
         with no_grad():
-            t._grad = Tensor._make((t._grad + g).data)
+            t._grad = type(g)._make((t._grad + g).data)
 
 
 def _conform(node: Node, i: int, g: "Tensor", meta) -> "Tensor":
@@ -216,6 +199,3 @@ def run_backward(
         amp._restore(amp_token)
         _GRAD.reset(grad_token)
     return None if want is None else [want[id(t)] for t in inputs]
-
-
-from . import dispatch as _dispatch  # noqa: E402  (dispatch needs Node defined)

@@ -1,7 +1,8 @@
-"""The ops: one :class:`Node` subclass each, schema + forward + backward.
+"""The ops: one :class:`~.tensor.Function` subclass each, schema + forward +
+backward. The losses (``nll_loss``, ``cross_entropy``) are in :mod:`.losses`.
 
 Every op is registered with :func:`logsoftmax.schema.register` and run by
-:func:`~.dispatch.dispatch` (which applies the AMP policy). A class holds:
+:func:`~.tensor.dispatch` (which applies the AMP policy). A class holds:
 
 - ``prepare(*inputs, **attrs)``: validation and the op's attributes;
 - ``compute(*arrays)``: the forward on backend arrays, through the front door
@@ -11,11 +12,15 @@ Every op is registered with :func:`logsoftmax.schema.register` and run by
   code runs eagerly (under ``no_grad``: plain kernel calls) and recorded
   (``create_graph=True``: differentiable again, to any order).
 
-The fused backward kernels are ops of their own (``log_softmax_backward``,
-``softmax_backward``, ``nll_loss_backward``, ``cross_entropy_backward``), so a
-first-order gradient is one fused kernel call whether or not the backward is
-recorded, and each of them has its own (composite) gradient rule for double
-backward. Nodes are named after PyTorch's (``LogSoftmaxBackward``...).
+Names: a class is named after its op (``LogSoftmax``, ``MatMul``); its
+PyTorch-style display name (``name()``, ``y.grad_fn``) adds ``Backward``
+(``LogSoftmaxBackward``), and that name is also kept as an alias of the class
+(API.md section 4: ``from logsoftmax.autograd import LogSoftmaxBackward``).
+The fused backward kernels are ops of their own, named ``<Op>Grad``
+(``log_softmax_backward`` is :class:`LogSoftmaxGrad`, displayed as PyTorch
+would, ``LogSoftmaxBackwardBackward``), so a first-order gradient is one fused
+kernel call whether or not the backward is recorded, and each of them has its
+own (composite) gradient rule for double backward.
 """
 
 from __future__ import annotations
@@ -28,25 +33,40 @@ import numpy as np
 from .. import _api, dtypes
 from ..schema import AmpPolicy, OpSchema, register
 from . import _array
-from . import dispatch as _dispatch
-from .engine import Node
 from .grad_mode import is_grad_enabled
-from .tensor import Tensor
+from .tensor import Function, Tensor
 
 KEEP, PROMOTE, FP32 = AmpPolicy.KEEP_INPUT, AmpPolicy.PROMOTE, AmpPolicy.FORCE_FP32
 
 __all__ = [
-    # the softmax family and losses
+    # the softmax family and their fused backward ops
+    "LogSoftmax",
+    "Softmax",
+    "LogSoftmaxGrad",
+    "SoftmaxGrad",
+    # linear algebra and elementwise
+    "MatMul",
+    "Linear",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Neg",
+    "Exp",
+    "Relu",
+    # shapes, reductions and casts
+    "Sum",
+    "Mean",
+    "Reshape",
+    "Transpose",
+    "SumTo",
+    "BroadcastTo",
+    "Cast",
+    # PyTorch-style display names, kept as aliases
     "LogSoftmaxBackward",
     "SoftmaxBackward",
-    "NllLossBackward",
-    "CrossEntropyBackward",
-    # their backward ops (recorded for double backward)
     "LogSoftmaxBackwardBackward",
     "SoftmaxBackwardBackward",
-    "NllLossBackwardBackward",
-    "CrossEntropyBackwardBackward",
-    # linear algebra and elementwise
     "MatMulBackward",
     "LinearBackward",
     "AddBackward",
@@ -56,7 +76,6 @@ __all__ = [
     "NegBackward",
     "ExpBackward",
     "ReluBackward",
-    # shapes, reductions and casts
     "SumBackward",
     "MeanBackward",
     "ReshapeBackward",
@@ -69,11 +88,6 @@ __all__ = [
 
 def _schema(name, policy, arity=1, deterministic=True):
     return OpSchema(name, 1, policy, deterministic, arity, 1)
-
-
-def _compute_dtype(dt: np.dtype) -> np.dtype:
-    """Accumulation dtype: float64 for float64, float32 for everything else."""
-    return dtypes.float64 if dt == dtypes.float64 else dtypes.float32
 
 
 def _float_only(dts):
@@ -92,18 +106,18 @@ def _common(dts):
 
 
 def _sum_to(g: Tensor, shape) -> Tensor:
-    return g if g.shape == tuple(shape) else SumToBackward.forward(g, shape=shape)
+    return g if g.shape == tuple(shape) else SumTo.forward(g, shape=shape)
 
 
 def _broadcast(g: Tensor, shape) -> Tensor:
-    return g if g.shape == tuple(shape) else BroadcastToBackward.forward(g, shape=shape)
+    return g if g.shape == tuple(shape) else BroadcastTo.forward(g, shape=shape)
 
 
 def _const(a) -> Tensor:
     return Tensor._make(a)
 
 
-class _SavesOutput(Node):
+class _SavesOutput(Function):
     """Ops whose gradient needs only their output ``y`` (never the input)."""
 
     saved_fields: ClassVar[tuple[str, ...]] = ("saved_output",)
@@ -122,7 +136,7 @@ class _SavesOutput(Node):
         return [] if self.saved_output is None else [self.saved_output]
 
 
-def _needs(node: Node, i: int) -> bool:
+def _needs(node: Function, i: int) -> bool:
     """Whether input ``i`` wants a gradient (``apply`` on a bare node: all)."""
     return not node.next_functions or node.next_functions[i] is not None
 
@@ -138,7 +152,7 @@ class _SoftmaxFamily(_SavesOutput):
     def forward(cls, a, axis=-1) -> Tensor:  # type: ignore[override]
         """Validate ``axis`` (IndexError/TypeError), apply the AMP policy,
         dispatch to ``a``'s backend, save the output, and record the node."""
-        return _dispatch.dispatch(cls, (a,), {"axis": axis})
+        return super().forward(a, axis=axis)
 
     def prepare(self, a: Tensor, *, axis) -> None:
         self.axis = _api.canonical_axis(axis, a.ndim, self.fn)
@@ -148,7 +162,7 @@ class _SoftmaxFamily(_SavesOutput):
 
 
 @register(_schema("log_softmax", FP32))
-class LogSoftmaxBackward(_SoftmaxFamily):
+class LogSoftmax(_SoftmaxFamily):
     r"""``y = log_softmax(a, axis)``; saves only ``y``.
 
     Backward (fused, :func:`logsoftmax.log_softmax_backward`):
@@ -163,11 +177,11 @@ class LogSoftmaxBackward(_SoftmaxFamily):
 
     def backward(self, grad):
         y = self.output()
-        return (LogSoftmaxBackwardBackward.forward(grad, y, axis=self.axis),)
+        return (LogSoftmaxGrad.forward(grad, y, axis=self.axis),)
 
 
 @register(_schema("softmax", FP32))
-class SoftmaxBackward(_SoftmaxFamily):
+class Softmax(_SoftmaxFamily):
     r"""``y = softmax(a, axis)``; saves only ``y``.
 
     Backward (fused, :func:`logsoftmax.softmax_backward`):
@@ -181,10 +195,10 @@ class SoftmaxBackward(_SoftmaxFamily):
         return self.saved_output
 
     def backward(self, grad):
-        return (SoftmaxBackwardBackward.forward(grad, self.output(), axis=self.axis),)
+        return (SoftmaxGrad.forward(grad, self.output(), axis=self.axis),)
 
 
-class _FusedBackward(Node):
+class _FusedGrad(Function):
     """A fused backward kernel as an op of its own: inputs ``(g, y)``."""
 
     keep_inputs = True
@@ -199,10 +213,12 @@ class _FusedBackward(Node):
 
 
 @register(_schema("log_softmax_backward", KEEP, 2))
-class LogSoftmaxBackwardBackward(_FusedBackward):
+class LogSoftmaxGrad(_FusedGrad):
     r"""``dx = g - e^{y} \sum g`` (the fused kernel); its own gradient, for
     double backward: :math:`\partial g = u - \sum u e^y`,
     :math:`\partial y = -u e^y \sum g`."""
+
+    display_name = "LogSoftmaxBackwardBackward"
 
     def compute(self, g, y):
         return _api.log_softmax_backward(g, y, self.axis)
@@ -216,10 +232,12 @@ class LogSoftmaxBackwardBackward(_FusedBackward):
 
 
 @register(_schema("softmax_backward", KEEP, 2))
-class SoftmaxBackwardBackward(_FusedBackward):
+class SoftmaxGrad(_FusedGrad):
     r"""``dx = y (g - \sum g y)`` (the fused kernel); its gradient:
     :math:`\partial g = y (u - \sum u y)` (the same kernel again),
     :math:`\partial y = u (g - \sum g y) - g \sum u y`."""
+
+    display_name = "SoftmaxBackwardBackward"
 
     def compute(self, g, y):
         return _api.softmax_backward(g, y, self.axis)
@@ -227,244 +245,12 @@ class SoftmaxBackwardBackward(_FusedBackward):
     def backward(self, u):
         g, y = self.inputs
         ax = self.axis
-        gg = SoftmaxBackwardBackward.forward(u, y, axis=ax) if _needs(self, 0) else None
+        gg = SoftmaxGrad.forward(u, y, axis=ax) if _needs(self, 0) else None
         gy = None
         if _needs(self, 1):
             gy = u * (g - (g * y).sum(ax, keepdims=True)) - g * (u * y).sum(
                 ax, keepdims=True
             )
-        return gg, gy
-
-
-# ===========================================================================
-# losses: nll_loss and the fused cross_entropy
-# ===========================================================================
-_REDUCTIONS = ("mean", "sum", "none")
-
-
-class _Targets:
-    """Validated class targets for a loss over an input of ``shape``.
-
-    The class axis is 1 (``(N, C, d1, ...)`` input, ``(N, d1, ...)`` target)
-    or 0 (``(C,)`` input, ``()`` target), as in PyTorch. ``w`` holds each
-    target's weight (0 where ``target == ignore_index``) in the accumulation
-    dtype; ``denom`` is ``sum(w)`` for ``reduction="mean"``.
-    """
-
-    def __init__(self, fn, shape, dtype, target, weight, ignore_index, reduction):
-        if len(shape) == 0:
-            raise ValueError(f"{fn}: input is 0-d; expected shape (C,) or (N, C, ...)")
-        if reduction not in _REDUCTIONS:
-            raise ValueError(
-                f"{fn}: reduction={reduction!r}; expected 'mean', 'sum' or 'none'"
-            )
-        if isinstance(ignore_index, (bool, np.bool_)) or not isinstance(
-            ignore_index, (int, np.integer)
-        ):
-            raise TypeError(f"{fn}: ignore_index must be an int, got {ignore_index!r}")
-        t = target.data if isinstance(target, Tensor) else target
-        t = t if _array.is_array(t) else np.asarray(t)
-        tdt = _array.dtype_of(t)
-        if tdt.kind not in "iu":
-            raise TypeError(
-                f"{fn}: target has dtype {tdt}, expected an integer dtype (class "
-                "indices)"
-            )
-        self.axis = 1 if len(shape) > 1 else 0
-        self.num_classes = shape[self.axis]
-        want = (shape[0],) + tuple(shape[2:]) if len(shape) > 1 else ()
-        if tuple(t.shape) != want:
-            raise ValueError(
-                f"{fn}: target has shape {tuple(t.shape)}, expected {want} for an "
-                f"input of shape {tuple(shape)}"
-            )
-        self.cd = _compute_dtype(np.dtype(dtype))
-        ignored = t == ignore_index
-        _array.check_targets(t, ignored, self.num_classes, fn)
-        self.target, self.safe = t, _array.where(ignored, 0, t)
-        if weight is None:
-            w = _array.where(ignored, 0.0, 1.0)
-        else:
-            wt = weight.data if isinstance(weight, Tensor) else weight
-            wt = wt if _array.is_array(wt) else np.asarray(wt)
-            if tuple(wt.shape) != (self.num_classes,):
-                raise ValueError(
-                    f"{fn}: weight has shape {tuple(wt.shape)}, expected "
-                    f"({self.num_classes},) (one weight per class)"
-                )
-            if _array.dtype_of(wt).kind != "f" and _array.dtype_of(wt) not in (
-                dtypes.SUPPORTED
-            ):
-                raise TypeError(
-                    f"{fn}: weight has dtype {_array.dtype_of(wt)}, expected a "
-                    "floating dtype"
-                )
-            per_target = _array.take(_array.astype(wt, self.cd), self.safe)
-            w = _array.where(ignored, 0.0, per_target)
-        self.weighted = weight is not None
-        self.ignored, self.ignore_index = ignored, ignore_index
-        self.w = _array.astype(w, self.cd)
-        self.reduction = reduction
-        self.denom = self.w.sum() if reduction == "mean" else None
-
-    def unweighted_none(self) -> "_Targets":
-        """The same targets with unit weights and no reduction."""
-        other = object.__new__(_Targets)
-        other.__dict__.update(self.__dict__)
-        other.w = _array.astype(_array.where(self.ignored, 0.0, 1.0), self.cd)
-        other.reduction, other.denom, other.weighted = "none", None, False
-        return other
-
-    def coef(self):
-        """d(loss)/d(g * logp[target]) per target: ``w`` or ``w / denom``."""
-        if self.reduction != "mean":
-            return self.w
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return _array.where(self.w == 0, 0.0, self.w / self.denom).astype(self.cd)
-
-    def loss(self, logp, out_dtype):
-        """The reduced loss of log-probabilities ``logp`` (any float dtype)."""
-        picked = _array.astype(_array.gather(logp, self.safe, self.axis), self.cd)
-        terms = -(self.w * _array.where(self.ignored, 0.0, picked))
-        if self.reduction == "sum":
-            terms = terms.sum()
-        elif self.reduction == "mean":
-            with np.errstate(divide="ignore", invalid="ignore"):
-                terms = terms.sum() / self.denom
-        return _array.astype(terms, out_dtype)
-
-    def per_row(self, g):
-        """``coef * g`` per target, in the accumulation dtype (g: scalar or
-        target-shaped upstream gradient)."""
-        return self.coef() * _array.astype(g, self.cd)
-
-
-class _Loss(Node):
-    """Shared prepare for ``nll_loss`` / ``cross_entropy``: inputs (x, target)."""
-
-    fn: ClassVar[str]
-    plan: _Targets
-
-    def prepare(self, x, target, *, weight=None, ignore_index=-100, reduction="mean",
-                plan=None):
-        self.in_shape = x.shape
-        self.plan = plan or _Targets(
-            self.fn, x.shape, x.dtype, target, weight, ignore_index, reduction
-        )
-
-    def promote(self, dts):
-        return [_float_only(dts[:1])[0], None]
-
-
-@register(_schema("nll_loss", FP32, 2))
-class NllLossBackward(_Loss):
-    r"""``loss = reduce(-w[t] * logp[t])``; mean divides by ``sum(w[t])`` over
-    non-ignored targets (PyTorch). Saves only the targets' indices and weights.
-    """
-
-    fn = "nll_loss"
-    saved_fields = ("plan",)
-
-    def compute(self, logp, target):
-        self.dtype = _array.dtype_of(logp)
-        return self.plan.loss(logp, self.dtype)
-
-    def backward(self, grad):
-        gx = NllLossBackwardBackward.forward(
-            grad, plan=self.plan, shape=self.in_shape, dtype=self.dtype
-        )
-        return gx, None
-
-
-@register(_schema("nll_loss_backward", KEEP, 1))
-class NllLossBackwardBackward(Node):
-    r"""``dlogp = scatter(-coef * g)`` at the targets (zeros elsewhere). Linear
-    in ``g``; its adjoint, hence its gradient, is ``nll_loss`` itself."""
-
-    saved_fields = ("plan",)
-
-    def prepare(self, g, *, plan, shape, dtype):
-        self.plan, self.shape, self.dtype = plan, tuple(shape), dtype
-
-    def compute(self, g):
-        vals = _array.astype(-self.plan.per_row(g), self.dtype)
-        return _array.scatter(vals, self.plan.safe, self.plan.axis, self.shape, g)
-
-    def backward(self, u):
-        return (NllLossBackward.forward(u, self.plan.target, plan=self.plan),)
-
-
-@register(_schema("cross_entropy", FP32, 2))
-class CrossEntropyBackward(_Loss):
-    r"""Fused ``nll_loss(log_softmax(x, class_axis), target)``; saves only
-    ``y = log_softmax(x)`` (one array of x's size) and the targets.
-
-    Backward: :math:`\partial x = c\,g\,(\mathrm{softmax}(x) - \mathrm{onehot}(t))`
-    computed as the softmax kernel, a scale, and a scatter-subtract at the
-    targets; no one-hot matrix is built.
-    """
-
-    fn = "cross_entropy"
-    saved_fields = ("saved_output", "plan")
-    saved_output = None
-
-    def compute(self, x, target):
-        self.dtype = _array.dtype_of(x)
-        self.saved_output = _api.log_softmax(x, self.plan.axis)
-        return self.plan.loss(self.saved_output, self.dtype)
-
-    def backward(self, grad):
-        self._check_alive()
-        y = Tensor._make(self.saved_output)
-        if is_grad_enabled() and self.next_functions:
-            # Recording: y is log_softmax(x) in the graph, so second derivatives
-            # reach x through a LogSoftmaxBackward that shares this node's edge.
-            lsm = LogSoftmaxBackward()
-            lsm.axis, lsm.saved_output = self.plan.axis, self.saved_output
-            lsm.next_functions = self.next_functions[:1]
-            lsm.input_meta = self.input_meta[:1]
-            y = Tensor._make(self.saved_output, grad_fn=lsm)
-        return CrossEntropyBackwardBackward.forward(grad, y, plan=self.plan), None
-
-    def saved_arrays(self) -> list:
-        return [] if self.saved_output is None else [self.saved_output]
-
-
-@register(_schema("cross_entropy_backward", KEEP, 2))
-class CrossEntropyBackwardBackward(Node):
-    r"""``dx = a (softmax(y) - onehot(t))`` with ``a = coef * g`` per row;
-    gradient: :math:`\partial g = \mathrm{coef} (\sum_c u\,p - u[t])`,
-    :math:`\partial y = \mathrm{softmax\_backward}(u a, p)`."""
-
-    keep_inputs = True
-    saved_fields = ("inputs", "plan")
-
-    def prepare(self, g, y, *, plan):
-        self.plan = plan
-
-    def compute(self, g, y):
-        plan, dt = self.plan, _array.dtype_of(y)
-        a = plan.per_row(g)
-        p = _api.softmax(y, plan.axis, dtype=plan.cd)  # fused, accumulation dtype
-        p *= _array.expand_at(a, plan.axis)
-        p = _array.scatter_sub_(p, a, plan.safe, plan.axis)
-        return _array.astype(p, dt)
-
-    def backward(self, u):
-        g, y = self.inputs
-        plan, ax = self.plan, self.plan.axis
-        coef = _const(_array.astype(plan.coef(), y.dtype))
-        p = SoftmaxBackward.forward(y, axis=ax)
-        gg = gy = None
-        if _needs(self, 0):
-            # d/da per row: sum_c u p - u[t]; nll_loss(u, reduction=none) is -u[t].
-            da = (u * p).sum(ax) + NllLossBackward.forward(
-                u, plan.target, plan=plan.unweighted_none()
-            )
-            gg = _sum_to(da * coef, g.shape)
-        if _needs(self, 1):
-            a = (g * coef).reshape(_array.expand_at(plan.w, ax).shape)
-            gy = SoftmaxBackwardBackward.forward(u * a, p, axis=ax)
         return gg, gy
 
 
@@ -494,7 +280,7 @@ def _matmul_shapes(fn, a_shape, b_shape, a_name="a", b_name="b"):
 
 
 @register(_schema("matmul", PROMOTE, 2))
-class MatMulBackward(Node):
+class MatMul(Function):
     r"""``a @ b`` (numpy semantics: 1-D operands, broadcast batch dims).
 
     Backward: :math:`\partial a = g b^T`, :math:`\partial b = a^T g`, summed
@@ -529,7 +315,7 @@ class MatMulBackward(Node):
 
 
 @register(_schema("linear", PROMOTE, 3))
-class LinearBackward(Node):
+class Linear(Function):
     r"""``y = x @ weight.T + bias``; weight is ``(out, in)`` (PyTorch layout).
 
     Backward: :math:`\partial x = g W`, :math:`\partial W = g^T x` (over all
@@ -579,7 +365,7 @@ class LinearBackward(Node):
 # ===========================================================================
 # elementwise (numpy broadcasting; gradients summed back to input shapes)
 # ===========================================================================
-class _Binary(Node):
+class _Binary(Function):
     def prepare(self, a, b):
         self.shapes = (a.shape, b.shape)
         if a.shape == b.shape or not a.shape or not b.shape:  # the common cases
@@ -597,7 +383,7 @@ class _Binary(Node):
 
 
 @register(_schema("add", KEEP, 2))
-class AddBackward(_Binary):
+class Add(_Binary):
     def compute(self, a, b):
         return a + b
 
@@ -606,7 +392,7 @@ class AddBackward(_Binary):
 
 
 @register(_schema("sub", KEEP, 2))
-class SubBackward(_Binary):
+class Sub(_Binary):
     def compute(self, a, b):
         return a - b
 
@@ -616,7 +402,7 @@ class SubBackward(_Binary):
 
 
 @register(_schema("mul", KEEP, 2))
-class MulBackward(_Binary):
+class Mul(_Binary):
     keep_inputs = True
     saved_fields = ("inputs",)
 
@@ -631,7 +417,7 @@ class MulBackward(_Binary):
 
 
 @register(_schema("div", KEEP, 2))
-class DivBackward(_Binary):
+class Div(_Binary):
     keep_inputs = True
     saved_fields = ("inputs",)
 
@@ -649,7 +435,7 @@ class DivBackward(_Binary):
 
 
 @register(_schema("neg", KEEP))
-class NegBackward(Node):
+class Neg(Function):
     def compute(self, a):
         return -a
 
@@ -658,7 +444,7 @@ class NegBackward(Node):
 
 
 @register(_schema("exp", KEEP))
-class ExpBackward(_SavesOutput):
+class Exp(_SavesOutput):
     def promote(self, dts):
         return _float_only(dts)
 
@@ -671,7 +457,7 @@ class ExpBackward(_SavesOutput):
 
 
 @register(_schema("relu", KEEP))
-class ReluBackward(_SavesOutput):
+class Relu(_SavesOutput):
     """``max(x, 0)``; backward ``g * (y > 0)`` (0 at 0, as PyTorch)."""
 
     def compute(self, a):
@@ -687,7 +473,7 @@ class ReluBackward(_SavesOutput):
 # ===========================================================================
 # reductions, shapes, casts
 # ===========================================================================
-class _Reduce(Node):
+class _Reduce(Function):
     def prepare(self, a, *, axis=None, keepdims=False):
         self.axes = _api._canonical_axes(axis, a.ndim, self.schema.name)
         self.keepdims = bool(keepdims)
@@ -700,7 +486,7 @@ class _Reduce(Node):
 
 
 @register(_schema("sum", FP32))
-class SumBackward(_Reduce):
+class Sum(_Reduce):
     def compute(self, a):
         return _array.reduce_sum(a, self.axes, self.keepdims)
 
@@ -709,16 +495,16 @@ class SumBackward(_Reduce):
 
 
 @register(_schema("mean", FP32))
-class MeanBackward(_Reduce):
+class Mean(_Reduce):
     def promote(self, dts):
         return _float_only(dts)
 
     def compute(self, a):
         dt = _array.dtype_of(a)
-        s = _array.reduce_sum(_array.astype(a, _compute_dtype(dt)), self.axes,
-                              self.keepdims)
+        acc = dtypes.accumulation_dtype(dt)
+        s = _array.reduce_sum(_array.astype(a, acc), self.axes, self.keepdims)
         with np.errstate(divide="ignore", invalid="ignore"):
-            return _array.astype(s / _compute_dtype(dt).type(self.count), dt)
+            return _array.astype(s / acc.type(self.count), dt)
 
     def backward(self, g):
         return (self._spread(g) * (1.0 / self.count if self.count else math.nan),)
@@ -747,7 +533,7 @@ def _infer_shape(in_shape, shape) -> tuple[int, ...]:
 
 
 @register(_schema("reshape", KEEP))
-class ReshapeBackward(Node):
+class Reshape(Function):
     def prepare(self, a, *, shape):
         self.in_shape = a.shape
         self.shape = _infer_shape(a.shape, shape)
@@ -760,7 +546,7 @@ class ReshapeBackward(Node):
 
 
 @register(_schema("transpose", KEEP))
-class TransposeBackward(Node):
+class Transpose(Function):
     def prepare(self, a):
         if a.ndim < 2:
             raise ValueError(
@@ -775,7 +561,7 @@ class TransposeBackward(Node):
 
 
 @register(_schema("sum_to", KEEP))
-class SumToBackward(Node):
+class SumTo(Function):
     def prepare(self, a, *, shape):
         self.in_shape, self.shape = a.shape, tuple(shape)
 
@@ -787,7 +573,7 @@ class SumToBackward(Node):
 
 
 @register(_schema("broadcast_to", KEEP))
-class BroadcastToBackward(Node):
+class BroadcastTo(Function):
     def prepare(self, a, *, shape):
         self.in_shape, self.shape = a.shape, tuple(shape)
 
@@ -799,7 +585,7 @@ class BroadcastToBackward(Node):
 
 
 @register(_schema("cast", KEEP))
-class CastBackward(Node):
+class Cast(Function):
     """``a.astype(dtype)``; the gradient is cast back to ``a``'s dtype. The
     dispatcher's AMP casts are these nodes."""
 
@@ -811,3 +597,28 @@ class CastBackward(Node):
 
     def backward(self, g):
         return (g.to(self.src),)
+
+
+# ===========================================================================
+# PyTorch-style names (each op's display name), kept as aliases of the classes
+# ===========================================================================
+LogSoftmaxBackward = LogSoftmax
+SoftmaxBackward = Softmax
+LogSoftmaxBackwardBackward = LogSoftmaxGrad
+SoftmaxBackwardBackward = SoftmaxGrad
+MatMulBackward = MatMul
+LinearBackward = Linear
+AddBackward = Add
+SubBackward = Sub
+MulBackward = Mul
+DivBackward = Div
+NegBackward = Neg
+ExpBackward = Exp
+ReluBackward = Relu
+SumBackward = Sum
+MeanBackward = Mean
+ReshapeBackward = Reshape
+TransposeBackward = Transpose
+SumToBackward = SumTo
+BroadcastToBackward = BroadcastTo
+CastBackward = Cast

@@ -1,4 +1,4 @@
-"""``Tensor``: a backend array plus the autograd bookkeeping.
+"""``Tensor`` and ``Function``: arrays that record ops, and the ops' base class.
 
 A Tensor wraps ``.data``, the backend array (numpy, dask, or a torch CUDA
 tensor), and records the op that produced it (``.grad_fn``) when grad mode
@@ -13,22 +13,47 @@ is on and an input requires grad. Leaf/non-leaf rules follow PyTorch:
 - only floating Tensors (float32, bfloat16, float16, float64) can require
   grad; ``requires_grad`` can only be changed on leaves.
 
-Tensor methods and operators are thin: each calls one op class from
-:mod:`.nodes` through :func:`~.dispatch.dispatch`.
+Every op is a :class:`Function` subclass (:mod:`.nodes`, :mod:`.losses`)
+with an :class:`~logsoftmax.schema.OpSchema`, and every call, forward or
+backward, public or internal, goes through :func:`dispatch`, the one place
+an op runs (as tinygrad keeps ``Function.apply`` next to its Tensor):
+
+1. inputs become Tensors (arrays as constants; a Python scalar as a 0-d array
+   of the first Tensor input's dtype, a "weak" scalar as in PyTorch);
+2. the AMP rule: :func:`logsoftmax.amp.cast_dtypes` with the schema's policy
+   gives each input's compute dtype; the op may add its own promotion
+   (``promote``, e.g. bf16 + f32 -> f32). Casts go through the recorded
+   ``cast`` op, so gradients flow back to each input in its own dtype;
+3. ``node.prepare(*tensors, **attrs)`` validates (axis, shapes, targets) the
+   inputs as ``compute`` will see them and stores the op's attributes;
+4. ``node.compute(*arrays)`` runs the math through the front door / fused
+   kernels and saves what the gradient needs;
+5. if grad mode is on and an input requires grad, the node is wired in:
+   ``next_functions``, ``input_meta``, and the output's ``grad_fn``.
+
+Tensor methods and operators are thin: each calls one op class. This module
+and the op modules import each other (the one import cycle of the package,
+as in tinygrad); the ops are imported at the bottom.
 """
 
 from __future__ import annotations
 
 import warnings
 import weakref
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from .. import dtypes
+from .. import amp, dtypes
+from ..backends import is_torch_tensor
 from . import _array
-from .engine import run_backward
+from .engine import Node, run_backward
+from .grad_mode import is_grad_enabled, no_grad
 
-__all__ = ["Tensor", "tensor", "as_tensor"]
+if TYPE_CHECKING:
+    from ..schema import OpSchema
+
+__all__ = ["Tensor", "tensor", "as_tensor", "Function", "dispatch", "cast"]
 
 
 def _to_array(data, dtype):
@@ -226,7 +251,7 @@ class Tensor:
             return data
         if hasattr(data, "compute"):  # dask
             return np.asarray(data.compute())
-        if _array._is_torch(data):
+        if is_torch_tensor(data):
             if self.dtype == dtypes.bfloat16:
                 return data.detach().float().cpu().numpy().astype(dtypes.bfloat16)
             return data.detach().cpu().numpy()
@@ -251,76 +276,74 @@ class Tensor:
     # -- ops (one op class each; see nodes.py) -------------------------------
     def to(self, dtype) -> "Tensor":
         """A copy cast to ``dtype`` (differentiable; identity if equal)."""
-        from .dispatch import cast
-
         return cast(self, np.dtype(dtype))
 
     astype = to
 
     def __add__(self, other):
-        return _nodes.AddBackward.forward(self, other)
+        return _nodes.Add.forward(self, other)
 
     def __radd__(self, other):
-        return _nodes.AddBackward.forward(other, self)
+        return _nodes.Add.forward(other, self)
 
     def __sub__(self, other):
-        return _nodes.SubBackward.forward(self, other)
+        return _nodes.Sub.forward(self, other)
 
     def __rsub__(self, other):
-        return _nodes.SubBackward.forward(other, self)
+        return _nodes.Sub.forward(other, self)
 
     def __mul__(self, other):
-        return _nodes.MulBackward.forward(self, other)
+        return _nodes.Mul.forward(self, other)
 
     def __rmul__(self, other):
-        return _nodes.MulBackward.forward(other, self)
+        return _nodes.Mul.forward(other, self)
 
     def __truediv__(self, other):
-        return _nodes.DivBackward.forward(self, other)
+        return _nodes.Div.forward(self, other)
 
     def __rtruediv__(self, other):
-        return _nodes.DivBackward.forward(other, self)
+        return _nodes.Div.forward(other, self)
 
     def __matmul__(self, other):
-        return _nodes.MatMulBackward.forward(self, other)
+        return _nodes.MatMul.forward(self, other)
 
     def __rmatmul__(self, other):
-        return _nodes.MatMulBackward.forward(other, self)
+        return _nodes.MatMul.forward(other, self)
 
     def __neg__(self):
-        return _nodes.NegBackward.forward(self)
+        return _nodes.Neg.forward(self)
 
     def __pos__(self):
         return self
 
     def sum(self, axis=None, keepdims: bool = False) -> "Tensor":
         """Sum over ``axis`` (int, tuple or None = all); FORCE_FP32 under AMP."""
-        return _nodes.SumBackward.forward(self, axis=axis, keepdims=keepdims)
+        return _nodes.Sum.forward(self, axis=axis, keepdims=keepdims)
 
     def mean(self, axis=None, keepdims: bool = False) -> "Tensor":
         """Mean over ``axis`` (int, tuple or None = all); FORCE_FP32 under AMP."""
-        return _nodes.MeanBackward.forward(self, axis=axis, keepdims=keepdims)
+        return _nodes.Mean.forward(self, axis=axis, keepdims=keepdims)
 
     def reshape(self, *shape) -> "Tensor":
         """Same data in a new shape (``-1`` infers one dimension)."""
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
-        return _nodes.ReshapeBackward.forward(self, shape=shape)
+        return _nodes.Reshape.forward(self, shape=shape)
 
     def exp(self) -> "Tensor":
-        return _nodes.ExpBackward.forward(self)
+        return _nodes.Exp.forward(self)
 
     def relu(self) -> "Tensor":
-        return _nodes.ReluBackward.forward(self)
+        return _nodes.Relu.forward(self)
 
     def transpose(self) -> "Tensor":
         """Swap the last two axes."""
-        return _nodes.TransposeBackward.forward(self)
+        return _nodes.Transpose.forward(self)
 
     @property
     def T(self) -> "Tensor":  # noqa: N802
         """Swap the last two axes (the transpose of a matrix)."""
-        return _nodes.TransposeBackward.forward(self)
+        return _nodes.Transpose.forward(self)
 
 
 def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:
@@ -368,4 +391,104 @@ def _check_roots(roots, grads, fn: str):
     return list(roots), out
 
 
-from . import nodes as _nodes  # noqa: E402  (the ops need Tensor defined first)
+# ===========================================================================
+# ops: the base class and the one dispatcher
+# ===========================================================================
+class Function(Node):
+    """The base of every op: a :class:`~.engine.Node` that knows its forward.
+
+    A subclass carries an ``OpSchema`` (``schema``, set by
+    :func:`logsoftmax.schema.register`) and implements:
+
+    - ``prepare(*inputs, **attrs)``: validate the (cast) input Tensors and
+      store the op's attributes;
+    - ``promote(dtypes)``: per-input dtypes the op itself needs (a common
+      dtype, integers to float32), or None;
+    - ``compute(*arrays)``: the forward on backend arrays, saving what the
+      gradient needs in the fields named by ``saved_fields``;
+    - ``backward(grad)``: the gradient rule, written with Tensor ops, so it
+      runs eagerly or recorded (double backward).
+    """
+
+    schema: ClassVar["OpSchema"]
+    #: keep the (cast) input Tensors in ``self.inputs`` for ``backward``
+    keep_inputs: ClassVar[bool] = False
+    inputs: list["Tensor | None"] | None = None
+
+    def prepare(self, *inputs: "Tensor | None") -> None:
+        """Validate the inputs and store the op's attributes (keyword args)."""
+
+    def promote(self, dts: list) -> list | None:
+        """Per-input dtypes the op itself needs (e.g. a common dtype), or None."""
+        return None
+
+    def compute(self, *arrays):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @classmethod
+    def forward(cls, *inputs, **attrs) -> "Tensor":
+        """Validate, apply the schema's AMP policy, compute, and record."""
+        return dispatch(cls, inputs, attrs)
+
+    def apply(self, grad_out) -> list:
+        """Eager backward: ``grad_out`` (Tensor or array) -> one array (or
+        ``None``) per input, computed by the op's fused backward kernel."""
+        self._check_alive()
+        token = amp._disabled()
+        try:
+            with no_grad():
+                grads = self.backward(as_tensor(grad_out))
+        finally:
+            amp._restore(token)
+        return [None if g is None else g.data for g in grads]
+
+
+def _coerce(x, ref_dtype) -> Tensor | None:
+    if x is None or isinstance(x, Tensor):
+        return x
+    if isinstance(x, (bool, int, float)) and ref_dtype is not None:
+        return Tensor._make(_array.scalar_like(x, ref_dtype))
+    return Tensor(x)
+
+
+def cast(t: Tensor, dtype) -> Tensor:
+    """``t`` as ``dtype`` through the recorded ``cast`` op (identity if equal)."""
+    if t.dtype == dtype:
+        return t
+    return dispatch(_nodes.Cast, (t,), {"dtype": dtype})
+
+
+def dispatch(cls: type[Function], inputs: tuple, attrs: dict[str, Any]) -> Tensor:
+    """Run op ``cls`` on ``inputs`` with keyword ``attrs``; see module docstring."""
+    ref = next((x.dtype for x in inputs if isinstance(x, Tensor)), None)
+    tensors = [_coerce(x, ref) for x in inputs]
+    node = cls()
+
+    dts = [None if t is None else t.dtype for t in tensors]
+    want = amp.cast_dtypes(cls.schema.amp_policy, dts)  # the AMP rule, for every op
+    promoted = node.promote(dts)
+    for i, t in enumerate(tensors):
+        dt = want[i] or (promoted[i] if promoted is not None else None)
+        if dt is not None and dt != dts[i]:
+            tensors[i] = cast(t, dt)
+    node.prepare(*tensors, **attrs)
+    node.inputs = tensors
+    out = node.compute(*[None if t is None else t.data for t in tensors])
+    if isinstance(out, np.generic):  # numpy reductions return scalars, not 0-d arrays
+        out = np.asarray(out)
+
+    record = is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in tensors
+    )
+    if not record:
+        return Tensor._make(out)
+    node.next_functions = tuple(
+        None if t is None or not t.requires_grad else (t.grad_fn or t) for t in tensors
+    )
+    node.input_meta = tuple(None if t is None else (t.shape, t.dtype) for t in tensors)
+    if not node.keep_inputs:
+        node.inputs = None
+    return Tensor._make(out, grad_fn=node)
+
+
+from . import nodes as _nodes  # noqa: E402  (the ops need Tensor and Function)

@@ -24,10 +24,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import enum
+import functools
 import importlib
 import importlib.util
+import sys
 from typing import Iterator
 
+import ml_dtypes
 import numpy as np
 
 __all__ = [
@@ -42,6 +45,9 @@ __all__ = [
     "select_backend",
     "is_dask_array",
     "is_cuda_array",
+    "is_torch_tensor",
+    "torch_dtype",
+    "numpy_dtype",
 ]
 
 
@@ -232,6 +238,41 @@ def is_cuda_array(x) -> bool:
         return int(dev()[0]) in CUDA_DLPACK_DEVICES
     except Exception:
         return False
+
+
+def is_torch_tensor(x) -> bool:
+    """Whether ``x`` is a ``torch.Tensor`` (without importing torch: if torch
+    is not loaded, no tensor exists)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+@functools.lru_cache(maxsize=None)
+def torch_dtype(dtype):
+    """The torch dtype of numpy ``dtype`` (bfloat16 is ml_dtypes'); imports
+    torch. ``TypeError`` for a dtype torch has no equivalent of."""
+    import torch
+
+    dt = np.dtype(dtype)
+    if dt == np.dtype(ml_dtypes.bfloat16):
+        return torch.bfloat16
+    return torch.from_numpy(np.empty(0, dt.newbyteorder("="))).dtype
+
+
+@functools.lru_cache(maxsize=None)
+def numpy_dtype(tdtype) -> np.dtype:
+    """The numpy dtype of torch dtype ``tdtype`` (mapped by name, so torch is
+    not imported); ``TypeError`` for one numpy has no equivalent of."""
+    name = str(tdtype).removeprefix("torch.")
+    if name == "bfloat16":
+        return np.dtype(ml_dtypes.bfloat16)
+    try:
+        return np.dtype(name)
+    except TypeError:
+        raise TypeError(
+            f"torch dtype {tdtype} has no numpy equivalent; expected float32, "
+            "bfloat16, float16, float64 or an integer/bool dtype"
+        ) from None
 
 
 def select_backend(x) -> Backend:

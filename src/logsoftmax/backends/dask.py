@@ -64,7 +64,7 @@ import os
 from functools import partial, wraps
 import numpy as np
 
-from . import Backend, get_backend
+from . import Backend, Op, get_backend
 
 __all__ = ["DaskBackend", "STATS_DTYPE", "DEFAULT_KERNEL", "scatter_sub"]
 
@@ -116,17 +116,23 @@ def _one_kernel_thread(fn):
     return wrapper
 
 
+def _name(op: Op) -> str:
+    """The op's function name: ``log_softmax`` or ``softmax``."""
+    return op.name.lower()
+
+
 @_one_kernel_thread
-def _block_op(x: np.ndarray, *, kernel: str, op: str, axis: int, dtype) -> np.ndarray:
+def _block_op(x: np.ndarray, *, kernel: str, op: Op, axis: int, dtype) -> np.ndarray:
     """One fused-kernel call on a block that holds whole rows."""
-    return getattr(get_backend(kernel), op)(x, axis, None, dtype)
+    return getattr(get_backend(kernel), _name(op))(x, axis, None, dtype)
 
 
 @_one_kernel_thread
 def _block_op2(
-    diff_dst: np.ndarray, dst: np.ndarray, *, kernel: str, op: str, axis: int, dtype
+    diff_dst: np.ndarray, dst: np.ndarray, *, kernel: str, op: Op, axis: int, dtype
 ) -> np.ndarray:
-    return getattr(get_backend(kernel), op)(diff_dst, dst, axis, None, dtype)
+    backward = getattr(get_backend(kernel), f"{_name(op)}_backward")
+    return backward(diff_dst, dst, axis, None, dtype)
 
 
 @_one_kernel_thread
@@ -193,14 +199,14 @@ def _row_terms(st: np.ndarray, axis: int, ct: np.dtype):
 
 
 def _forward_apply(
-    x: np.ndarray, st: np.ndarray, *, op: str, axis: int, dtype
+    x: np.ndarray, st: np.ndarray, *, op: Op, axis: int, dtype
 ) -> np.ndarray:
     """Phase 2 forward on one block: ``(x - M) - log S`` or ``exp(x - M) / S``."""
     y = _widen(x)
     big_m, log_s, big_s = _row_terms(st, axis, y.dtype)
     with np.errstate(all="ignore"):
         np.subtract(y, big_m, out=y)
-        if op == "log_softmax":
+        if op == Op.LOG_SOFTMAX:
             np.subtract(y, log_s, out=y)
         else:
             np.exp(y, out=y)
@@ -209,7 +215,7 @@ def _forward_apply(
 
 
 def _sum_partial(
-    diff_dst: np.ndarray, dst: np.ndarray, *, op: str, axis: int
+    diff_dst: np.ndarray, dst: np.ndarray, *, op: Op, axis: int
 ) -> np.ndarray:
     """Phase 1 backward on one block: row sums of ``diff_dst`` or of
     ``diff_dst * dst`` in float64 (long double for float64 data), where the
@@ -217,7 +223,7 @@ def _sum_partial(
     wide = np.longdouble if np.dtype(diff_dst.dtype) == np.float64 else np.float64
     with np.errstate(all="ignore"):
         dd = diff_dst.astype(wide)
-        if op == "softmax_backward":
+        if op == Op.SOFTMAX:
             np.multiply(dd, dst.astype(wide), out=dd)
         return np.sum(dd, axis=axis, keepdims=True)
 
@@ -227,7 +233,7 @@ def _backward_apply(
     dst: np.ndarray,
     row_sum: np.ndarray,
     *,
-    op: str,
+    op: Op,
     axis: int,
     dtype,
 ) -> np.ndarray:
@@ -240,7 +246,7 @@ def _backward_apply(
     dd = diff_dst.astype(wide)
     y = dst.astype(wide)
     with np.errstate(all="ignore"):
-        if op == "log_softmax_backward":
+        if op == Op.LOG_SOFTMAX:
             np.exp(y, out=y)  # exp(-inf) = 0: diff_src = diff_dst there
             np.multiply(y, s, out=y)
             np.subtract(dd, y, out=dd)
@@ -352,19 +358,21 @@ class DaskBackend(Backend):
 
     # -- forward ------------------------------------------------------------
     def log_softmax(self, x, axis, out, dtype):
-        return self._forward("log_softmax", x, axis, dtype)
+        return self._forward(Op.LOG_SOFTMAX, x, axis, dtype)
 
     def softmax(self, x, axis, out, dtype):
-        return self._forward("softmax", x, axis, dtype)
+        return self._forward(Op.SOFTMAX, x, axis, dtype)
 
-    def _forward(self, op: str, x, axis: int, dtype):
+    def _forward(self, op: Op, x, axis: int, dtype):
         import dask.array as da
 
         dtype = np.dtype(dtype)
         meta = np.empty((0,) * x.ndim, dtype)
         if x.numblocks[axis] == 1:
             fn = partial(_block_op, kernel=self.kernel, op=op, axis=axis, dtype=dtype)
-            return x.map_blocks(fn, dtype=dtype, meta=meta, token=f"{op}-block")
+            return x.map_blocks(
+                fn, dtype=dtype, meta=meta, token=f"{_name(op)}-block"
+            )
         stats = self._row_stats(x, (axis,))
         index = tuple(range(x.ndim))
         fn = partial(_forward_apply, op=op, axis=axis, dtype=dtype)
@@ -377,7 +385,7 @@ class DaskBackend(Backend):
             tuple(i for i in index if i != axis),
             dtype=dtype,
             meta=meta,
-            token=f"{op}-apply",
+            token=f"{_name(op)}-apply",
         )
 
     def _row_stats(self, x, axes: tuple[int, ...], keepdims: bool = False):
@@ -400,14 +408,15 @@ class DaskBackend(Backend):
 
     # -- backward -----------------------------------------------------------
     def log_softmax_backward(self, diff_dst, dst, axis, out, dtype):
-        return self._backward("log_softmax_backward", diff_dst, dst, axis, dtype)
+        return self._backward(Op.LOG_SOFTMAX, diff_dst, dst, axis, dtype)
 
     def softmax_backward(self, diff_dst, dst, axis, out, dtype):
-        return self._backward("softmax_backward", diff_dst, dst, axis, dtype)
+        return self._backward(Op.SOFTMAX, diff_dst, dst, axis, dtype)
 
-    def _backward(self, op: str, diff_dst, dst, axis: int, dtype):
+    def _backward(self, op: Op, diff_dst, dst, axis: int, dtype):
         import dask.array as da
 
+        name = f"{_name(op)}_backward"
         dtype = np.dtype(dtype)
         if dst.chunks != diff_dst.chunks:
             dst = dst.rechunk(diff_dst.chunks)
@@ -415,7 +424,7 @@ class DaskBackend(Backend):
         if diff_dst.numblocks[axis] == 1:
             fn = partial(_block_op2, kernel=self.kernel, op=op, axis=axis, dtype=dtype)
             return da.map_blocks(
-                fn, diff_dst, dst, dtype=dtype, meta=meta, token=f"{op}-block"
+                fn, diff_dst, dst, dtype=dtype, meta=meta, token=f"{name}-block"
             )
         wide = np.longdouble if diff_dst.dtype == np.float64 else np.float64
         partial_chunks = tuple(
@@ -428,7 +437,7 @@ class DaskBackend(Backend):
             chunks=partial_chunks,
             dtype=wide,
             meta=np.empty((0,) * diff_dst.ndim, wide),
-            token=f"{op}-partial-sums",
+            token=f"{name}-partial-sums",
         )
         row_sum = sums.sum(axis=axis, split_every=self.split_every)
         index = tuple(range(diff_dst.ndim))
@@ -444,7 +453,7 @@ class DaskBackend(Backend):
             tuple(i for i in index if i != axis),
             dtype=dtype,
             meta=meta,
-            token=f"{op}-apply",
+            token=f"{name}-apply",
         )
 
     # -- logsumexp ------------------------------------------------------------

@@ -120,6 +120,12 @@ def main(argv: list[str]) -> int:
             print(f"logsoftmax bench: --backend={opts.backend}: {e}", file=sys.stderr)
             return 2
 
+    # benchdnn prints a perf line per problem; the main job prints its table
+    # instead, and the CSV-like lines only when asked (--perf-template), or
+    # as a file (--csv)
+    perf_lines = opts.mode in ("P", "CP") and (
+        not main_job or opts.perf_template is not None
+    )
     progress = report.Progress(
         len(problems),
         enabled=opts.progress if opts.progress is not None
@@ -131,7 +137,7 @@ def main(argv: list[str]) -> int:
             progress.update(prb.repro()[10:])
             r = run_problem(prb, i, opts)
             results.append(r)
-            if opts.mode in ("P", "CP") and r.timing is not None:
+            if perf_lines and r.timing is not None:
                 progress.write(report.perf_line(r, opts.perf_template, opts.engine))
             progress.write(report.status_line(r))
             if opts.verbose and r.err64 is not None:

@@ -7,8 +7,9 @@ picks the whole-row or split-row plan from the chunking), and streams the
 result to ``--output`` with ``to_zarr``; nothing holds the whole array in
 memory. The work runs on Dask's threaded scheduler, or on a
 ``dask.distributed`` cluster given by ``--scheduler ADDRESS``, with Dask's
-own progress bar (``dask.diagnostics.ProgressBar`` locally,
-``distributed.progress`` on a cluster).
+own progress bar on a terminal (``dask.diagnostics.ProgressBar`` locally,
+``distributed.progress`` on a cluster); when the output is not a terminal (a
+log, CI) a local run prints one line when it is done, a cluster run none.
 
 Example::
 
@@ -148,12 +149,26 @@ def main(argv: list[str]) -> int:
 
 
 def _run_local(store, scheduler: str, quiet: bool) -> None:
+    from dask.callbacks import Callback
     from dask.diagnostics import ProgressBar
 
     if quiet:
         store.compute(scheduler=scheduler)
         return
-    with ProgressBar():
+    if sys.stdout.isatty():
+        with ProgressBar():
+            store.compute(scheduler=scheduler)
+        return
+    # no terminal (a log, CI): dask's bar would redraw ten times a second with
+    # carriage returns; one line when the work is done says the same
+    start = time.perf_counter()
+
+    def done(dsk, state, errored):
+        if not errored:
+            seconds = time.perf_counter() - start
+            print(f"dask: 100% Completed | {seconds:.1f}s", flush=True)
+
+    with Callback(finish=done):
         store.compute(scheduler=scheduler)
 
 
@@ -162,7 +177,7 @@ def _run_distributed(store, address: str, quiet: bool) -> None:
 
     with Client(address) as client:
         future = client.compute(store)
-        if not quiet:
+        if not quiet and sys.stdout.isatty():  # a text bar needs a terminal
             progress(future)
             print()
         future.result()

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
-import time
 from typing import Any
 
 import numpy as np
@@ -63,15 +62,98 @@ def _parse_shape(text: str, spec: str) -> list[int]:
     return dims
 
 
-def _memory_order(shape, strides) -> list[int]:
-    """Dims from outermost to innermost, as given by the strides."""
-    return sorted(range(len(shape)), key=lambda d: (-strides[d], d))
-
-
 def _lts(doc):
     for op in doc["graph"]:
         for lt in op.get("inputs", []) + op.get("outputs", []):
             yield op, lt
+
+
+def _items(values) -> list[str]:
+    """Command-line items, ``+`` joining several in one argument."""
+    return [s for v in values for s in v.split("+") if s]
+
+
+def _follow(lt: dict, shape: list[int], tag: str | None) -> tuple[list, list]:
+    """New (dims, strides) for JSON logical tensor ``lt`` reshaped to ``shape``:
+    laid out as format ``tag`` if given, else in ``lt``'s own memory order
+    (when its strides say one), else row-major."""
+    from logsoftmax import formats
+    from logsoftmax.graph import strides_from_tag
+
+    if tag:
+        return shape, list(strides_from_tag(shape, tag))
+    if len(lt["stride"]) == len(shape) == len(lt["shape"]):
+        order = formats.memory_order(lt["stride"])
+        return shape, list(formats.dense_strides(shape, order))
+    return shape, list(formats.dense_strides(shape))
+
+
+def _new_shapes(doc: dict, in_shapes) -> dict[int, tuple[list, list]]:
+    """id -> (dims, strides) for every ``--in-shapes`` item and the tensors
+    that follow it (see :func:`rewrite`)."""
+    new: dict[int, tuple[list, list]] = {}
+    tags: dict[int, str] = {}
+    for spec in _items(in_shapes):
+        tid, sep, rest = spec.partition(":")
+        if not sep or not tid.strip().isdigit():
+            raise ValueError(f"--in-shapes {spec!r}: expected ID:SHAPE[*TAG]")
+        shape_text, _, tag = rest.partition("*")
+        shape = _parse_shape(shape_text, spec)
+        tid = int(tid)
+        old = [lt for _, lt in _lts(doc) if lt["id"] == tid]
+        if not old:
+            raise ValueError(f"--in-shapes {spec!r}: no logical tensor has id {tid}")
+        new[tid] = _follow(old[0], shape, tag)
+        if tag:
+            tags[tid] = tag
+    for op in doc["graph"]:  # file order is oneDNN's topological order
+        ins = op.get("inputs", [])
+        changed = [lt for lt in ins if lt["id"] in new]
+        if not changed:
+            continue
+        first = changed[0]
+        shape, tag = new[first["id"]][0], tags.get(first["id"])
+        for lt in ins + op.get("outputs", []):
+            if lt["id"] not in new and lt["shape"] == first["shape"]:
+                new[lt["id"]] = _follow(lt, shape, tag)
+                if tag:
+                    tags[lt["id"]] = tag
+    return new
+
+
+#: --op-attrs value parsers, by oneDNN attribute type
+_ATTR_PARSERS = {
+    "s64": int,
+    "s64[]": lambda t: [int(v) for v in t.split("x")],
+    "f32": float,
+    "f32[]": lambda t: [float(v) for v in t.split("x")],
+    "bool": lambda t: {"true": True, "false": False, "1": True, "0": False}[t.lower()],
+    "string": str,
+}
+
+
+def _set_attr(doc: dict, spec: str) -> None:
+    """Apply one ``OPID:ATTR:VALUE`` item to ``doc``."""
+    from logsoftmax.graph import OpAttr
+
+    parts = spec.split(":", 2)
+    if len(parts) != 3 or not parts[0].strip().isdigit():
+        raise ValueError(f"--op-attrs {spec!r}: expected OPID:ATTR:VALUE")
+    oid, name, text = int(parts[0]), parts[1], parts[2]
+    ops = [op for op in doc["graph"] if op.get("id") == oid]
+    if not ops:
+        raise ValueError(f"--op-attrs {spec!r}: no op has id {oid}")
+    if name not in OpAttr.__members__ or OpAttr[name].type is None:
+        raise ValueError(f"--op-attrs {spec!r}: unknown attribute {name!r}")
+    atype = OpAttr[name].type.value
+    try:
+        value: Any = _ATTR_PARSERS[atype](text)
+    except (ValueError, KeyError):
+        raise ValueError(
+            f"--op-attrs {spec!r}: value {text!r} is not a valid {atype}"
+        ) from None
+    for op in ops:
+        op.setdefault("attrs", {})[name] = {"type": atype, "value": value}
 
 
 def rewrite(
@@ -101,91 +183,19 @@ def rewrite(
     Raises:
       ValueError: a malformed item, or an id no op uses.
     """
-    from logsoftmax.graph import DataType, OpAttr, dense_strides, strides_from_tag
+    from logsoftmax.graph import DataType
 
     doc = copy.deepcopy(doc)
     if dt is not None:
         DataType.from_name(dt)
         for _, lt in _lts(doc):
             lt["dtype"] = dt
-
-    def items(values):
-        return [s for v in values for s in v.split("+") if s]
-
-    new: dict[int, tuple[list[int], list[int]]] = {}
-    tags: dict[int, str] = {}
-    for spec in items(in_shapes):
-        tid, sep, rest = spec.partition(":")
-        if not sep or not tid.strip().isdigit():
-            raise ValueError(f"--in-shapes {spec!r}: expected ID:SHAPE[*TAG]")
-        shape_text, _, tag = rest.partition("*")
-        shape = _parse_shape(shape_text, spec)
-        tid = int(tid)
-        old = [lt for _, lt in _lts(doc) if lt["id"] == tid]
-        if not old:
-            raise ValueError(f"--in-shapes {spec!r}: no logical tensor has id {tid}")
-        if tag:
-            strides = list(strides_from_tag(shape, tag))
-            tags[tid] = tag
-        elif len(old[0]["stride"]) == len(shape) == len(old[0]["shape"]):
-            order = _memory_order(old[0]["shape"], old[0]["stride"])
-            strides = list(dense_strides(shape, order))
-        else:
-            strides = list(dense_strides(shape))
-        new[tid] = (shape, strides)
-
-    def follow(lt, shape, tag):
-        if tag:
-            return shape, list(strides_from_tag(shape, tag))
-        if len(lt["stride"]) == len(shape) == len(lt["shape"]):
-            order = _memory_order(lt["shape"], lt["stride"])
-            return shape, list(dense_strides(shape, order))
-        return shape, list(dense_strides(shape))
-
-    for op in doc["graph"]:  # file order is oneDNN's topological order
-        ins = op.get("inputs", [])
-        changed = [lt for lt in ins if lt["id"] in new]
-        if not changed:
-            continue
-        first = changed[0]
-        shape = new[first["id"]][0]
-        for lt in ins + op.get("outputs", []):
-            if lt["id"] not in new and lt["shape"] == first["shape"]:
-                new[lt["id"]] = follow(lt, shape, tags.get(first["id"]))
-                if first["id"] in tags:
-                    tags[lt["id"]] = tags[first["id"]]
+    new = _new_shapes(doc, in_shapes)
     for _, lt in _lts(doc):
         if lt["id"] in new:
             lt["shape"], lt["stride"] = (list(v) for v in new[lt["id"]])
-
-    for spec in items(op_attrs):
-        parts = spec.split(":", 2)
-        if len(parts) != 3 or not parts[0].strip().isdigit():
-            raise ValueError(f"--op-attrs {spec!r}: expected OPID:ATTR:VALUE")
-        oid, name, text = int(parts[0]), parts[1], parts[2]
-        ops = [op for op in doc["graph"] if op.get("id") == oid]
-        if not ops:
-            raise ValueError(f"--op-attrs {spec!r}: no op has id {oid}")
-        if name not in OpAttr.__members__ or OpAttr[name].type is None:
-            raise ValueError(f"--op-attrs {spec!r}: unknown attribute {name!r}")
-        atype = OpAttr[name].type.value
-        try:
-            value: Any = {
-                "s64": lambda t: int(t),
-                "s64[]": lambda t: [int(v) for v in t.split("x")],
-                "f32": lambda t: float(t),
-                "f32[]": lambda t: [float(v) for v in t.split("x")],
-                "bool": lambda t: {"true": True, "false": False, "1": True, "0": False}[
-                    t.lower()
-                ],
-                "string": lambda t: t,
-            }[atype](text)
-        except (ValueError, KeyError):
-            raise ValueError(
-                f"--op-attrs {spec!r}: value {text!r} is not a valid {atype}"
-            ) from None
-        for op in ops:
-            op.setdefault("attrs", {})[name] = {"type": atype, "value": value}
+    for spec in _items(op_attrs):
+        _set_attr(doc, spec)
     return doc
 
 
@@ -207,27 +217,7 @@ def _fill(role: str, kind: str, lt, axis: int, rng) -> np.ndarray:
     return x
 
 
-def _check(y: np.ndarray, ref: np.ndarray, dtname: str) -> tuple[float, int]:
-    """Max error in eps of ``dtname`` and the count of mismatched specials."""
-    from logsoftmax import dtypes
-    from logsoftmax.graph import DataType
-
-    yf = y.astype(np.float64)
-    eps = dtypes.eps(DataType.from_name(dtname).numpy_dtype)
-    finite = np.isfinite(ref)
-    same = (yf == ref) | (np.isnan(yf) & np.isnan(ref))
-    bad = int(np.count_nonzero(~finite & ~same))
-    if not finite.any():
-        return 0.0, bad
-    with np.errstate(all="ignore"):
-        r = ref[finite]
-        err = np.abs(yf[finite] - r) / (eps * np.maximum(1.0, np.abs(r)))
-    err = np.where(np.isnan(err), np.inf, err)
-    return float(err.max()), bad
-
-
 def _run(args) -> int:
-    import logsoftmax
     from logsoftmax import graph as g
 
     path = g.case_path(args.case) if args.case else args.path
@@ -240,7 +230,7 @@ def _run(args) -> int:
     ops = {op.id: op for op in graph.get_ops()}
     print(f"case: {path}  partitions: {len(parts)}")
     failed = False
-    buffers: dict[int, g.Tensor] = {}
+    buffers: dict[int, Any] = {}  # logical-tensor id -> g.Tensor, shared downstream
     for p in parts:
         op = ops[p.get_ops()[0]]
         if not p.is_supported():
@@ -248,66 +238,102 @@ def _run(args) -> int:
             failed = True
             continue
         cp = p.compile(p.get_input_ports(), p.get_output_ports(), eng)
-        roles = g.SUPPORTED_OPS[op.kind]
-        ins = []
-        for lt, role in zip(p.get_input_ports(), roles.inputs):
-            clt = cp.query_logical_tensor(lt.id)
-            if lt.id not in buffers:
-                t = g.Tensor(clt, eng)
-                t.numpy()[...] = _fill(role, op.kind.value, clt, cp.axis, rng)
-                buffers[lt.id] = t
-            ins.append(buffers[lt.id])
+        ins = _inputs(p, cp, op, buffers, eng, rng)
         originals = [t.numpy().copy() for t in ins]
-        outs = []
         inplace = dict(cp.get_inplace_ports()) if args.inplace else {}
-        for lt in p.get_output_ports():
-            clt = cp.query_logical_tensor(lt.id)
-            src = next((i for i, o in inplace.items() if o == lt.id), None)
-            if src is not None:
-                t = g.Tensor(clt, eng, buffers[src].get_data_handle())
-            else:
-                t = g.Tensor(clt, eng)
-                t.numpy()[...] = np.nan  # unwritten elements fail the check
-            buffers[lt.id] = t
-            outs.append(t)
+        outs = _outputs(p, cp, inplace, buffers, eng)
         cp.execute(strm, ins, outs)
         strm.wait()
-        dtname = outs[0].get_logical_tensor().dtype.name
-        result = outs[0].numpy().copy()
-        with logsoftmax.use_backend("reference"):
-            fn = getattr(logsoftmax, roles.function)
-            ref = fn(*originals, cp.axis, dtype=np.float64)
-        err, bad = _check(result, ref, dtname)
-        lim = limit(dtname, roles.function)
-        ok = err <= lim and bad == 0
-        failed |= not ok
         clt = outs[0].get_logical_tensor()
         print(
-            f"{p.get_id()}: {op.kind.value} {op.name!r} axis={cp.axis} {dtname} "
-            f"shape={list(clt.shape)} "
-            f"strides={list(ins[0].get_logical_tensor().strides)}"
+            f"{p.get_id()}: {op.kind.value} {op.name!r} axis={cp.axis} "
+            f"{clt.get_data_type().name} shape={list(clt.shape)} "
+            f"strides={ins[0].get_logical_tensor().get_strides()}"
             f" in-place={'yes' if inplace else 'no'}"
         )
-        print(
-            f"   accuracy: max err {err:.3g} eps (limit {lim:g})"
-            + (f", {bad} special-value mismatches" if bad else "")
-            + f"  {'PASSED' if ok else 'FAILED'}"
-        )
+        failed |= not _check(op, cp, originals, outs[0])
         if args.repeats > 0:
-            times = []
-            for _ in range(args.repeats):
-                t0 = time.perf_counter()
-                cp.execute(strm, ins, outs)
-                strm.wait()
-                times.append(time.perf_counter() - t0)
-            med = float(np.median(times))
-            nbytes = sum(t.get_logical_tensor().get_mem_size() for t in ins + outs)
-            print(
-                f"   perf: median {med * 1e3:.3f} ms (min {min(times) * 1e3:.3f} ms, "
-                f"{args.repeats} runs)  {nbytes / med / 1e9:.2f} GB/s"
-            )
+            _time(cp, strm, ins, outs, args.repeats)
     print("FAILED" if failed else "PASSED")
     return 1 if failed else 0
+
+
+def _inputs(p, cp, op, buffers: dict, eng, rng) -> list:
+    """The partition's input tensors: an upstream output, or filled here."""
+    from logsoftmax import graph as g
+
+    ins = []
+    for lt, role in zip(p.get_input_ports(), g.SUPPORTED_OPS[op.kind].inputs):
+        tid = lt.get_id()
+        if tid not in buffers:
+            clt = cp.query_logical_tensor(tid)
+            t = g.Tensor(clt, eng)
+            t.numpy()[...] = _fill(role, op.kind.value, clt, cp.axis, rng)
+            buffers[tid] = t
+        ins.append(buffers[tid])
+    return ins
+
+
+def _outputs(p, cp, inplace: dict, buffers: dict, eng) -> list:
+    """The partition's output tensors: over an input's buffer where running
+    in place, else new ones filled with NaN (unwritten elements fail)."""
+    from logsoftmax import graph as g
+
+    outs = []
+    for lt in p.get_output_ports():
+        tid = lt.get_id()
+        clt = cp.query_logical_tensor(tid)
+        src = next((i for i, o in inplace.items() if o == tid), None)
+        if src is not None:
+            t = g.Tensor(clt, eng, buffers[src].get_data_handle())
+        else:
+            t = g.Tensor(clt, eng)
+            t.numpy()[...] = np.nan
+        buffers[tid] = t
+        outs.append(t)
+    return outs
+
+
+def _check(op, cp, originals: list, out) -> bool:
+    """Print and return whether ``out`` is within :func:`limit` of the float64
+    reference backend, with every special value where the reference has it."""
+    import logsoftmax
+    from logsoftmax import graph as g
+    from logsoftmax.accuracy import eps_errors
+
+    function = g.SUPPORTED_OPS[op.kind].function
+    dtname = out.get_logical_tensor().get_data_type().name
+    with logsoftmax.use_backend("reference"):
+        ref = getattr(logsoftmax, function)(*originals, cp.axis, dtype=np.float64)
+    errs = eps_errors(out.numpy(), ref, dtname)
+    err = float(errs.max()) if errs.size else 0.0
+    bad = int(np.count_nonzero(np.isinf(errs)))  # special-value mismatches
+    lim = limit(dtname, function)
+    ok = err <= lim and bad == 0
+    print(
+        f"   accuracy: max err {err:.3g} eps (limit {lim:g})"
+        + (f", {bad} special-value mismatches" if bad else "")
+        + f"  {'PASSED' if ok else 'FAILED'}"
+    )
+    return ok
+
+
+def _time(cp, strm, ins: list, outs: list, repeats: int) -> None:
+    """Print the median and min time of ``repeats`` executions (the driver's
+    timing, one warm-up excluded) and the GB/s of the bytes the tensors span."""
+    from logsoftmax.driver.perf import measure
+
+    def run():
+        cp.execute(strm, ins, outs)
+        strm.wait()
+
+    timing = measure({"execute": run}, fix_times=repeats)["execute"]
+    med = timing.median_ms * 1e-3
+    nbytes = sum(t.get_logical_tensor().get_mem_size() for t in ins + outs)
+    print(
+        f"   perf: median {timing.median_ms:.3f} ms (min {timing.min_ms:.3f} ms, "
+        f"{repeats} runs)  {nbytes / med / 1e9:.2f} GB/s"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:

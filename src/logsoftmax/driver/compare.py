@@ -25,8 +25,10 @@ LOGSOFTMAX over an axis of 1), or a backward output more than 30% zeros, is
 MISTRUSTED (the check is then too weak to mean anything), if it has at least
 10 elements.
 
-Independently, :func:`eps_error` measures the project's accuracy metric
-against a float64 reference: ``|y - y_ref| / (eps(dt) * max(1, |y_ref|))``.
+Independently, the runner measures the project's accuracy metric against a
+float64 reference with :func:`logsoftmax.accuracy.max_eps_error`
+(``|y - y_ref| / (eps(dt) * max(1, |y_ref|))``); :func:`eps_bound` is its
+pass bound.
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ __all__ = [
     "reference_f32",
     "CheckResult",
     "benchdnn_check",
-    "eps_error",
     "eps_bound",
 ]
 
@@ -205,33 +206,6 @@ def benchdnn_check(got, exp_f32, dt: str, trh: float, zero_trust: float) -> Chec
         max_rdiff=float(finite_r.max()) if finite_r.size else 0.0,
         first_errors=first,
     )
-
-
-def eps_error(got, ref64, dt: str) -> float:
-    """Largest ``|got - ref| / (eps(dt) * max(1, |ref|))`` over all points.
-
-    ``ref64`` is the float64 reference. Where ``got`` equals ``ref64``
-    rounded to ``dt`` (including the same infinity, e.g. an f16 result that
-    overflows) or both are NaN the error is 0; any other non-finite mismatch
-    is ``inf``.
-
-    Returns:
-      The maximum, in units of ``eps(dt)``; 0.0 for an empty array.
-    """
-    got = np.asarray(got)
-    if got.size == 0:
-        return 0.0
-    ref64 = np.asarray(ref64, np.float64)
-    g = got.astype(np.float64)
-    eps = dtypes.eps(dtypes.from_name(dt))
-    with np.errstate(all="ignore"):
-        rounded = ref64.astype(dtypes.from_name(dt)).astype(np.float64)
-        err = np.abs(g - ref64) / (eps * np.maximum(1.0, np.abs(ref64)))
-        same = (g == rounded) | (np.isnan(g) & np.isnan(ref64))
-        # a correctly rounded inf (f16 overflow) or NaN has no finite error
-        err = np.where(same & ~np.isfinite(err), 0.0, err)
-        err = np.where(np.isnan(err), np.inf, err)
-    return float(err.max())
 
 
 def eps_bound(alg: str, is_fwd: bool, dt: str) -> float:

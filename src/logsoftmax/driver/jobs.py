@@ -16,7 +16,13 @@ from importlib import resources
 
 from .problem import Problem
 
-__all__ = ["main_job_problems", "load_problem_file", "matches", "QUICK_CONFIGS"]
+__all__ = [
+    "main_job_problems",
+    "load_problem_file",
+    "matches",
+    "perf_set",
+    "QUICK_CONFIGS",
+]
 
 DTYPES = ("f32", "bf16", "f16")
 DIRS = ("FWD_D", "BWD_D")
@@ -30,10 +36,15 @@ QUICK_CONFIGS = (
 )
 
 
-def _perf_configs() -> list[tuple[str, tuple[int, ...], int, str]]:
+def perf_set() -> list[dict]:
+    """The entries of ``data/perf_set.json`` (the 12 perf problems) as dicts."""
     text = resources.files("logsoftmax").joinpath("data/perf_set.json").read_text()
+    return json.loads(text)
+
+
+def _perf_configs() -> list[tuple[str, tuple[int, ...], int, str]]:
     seen, configs = set(), []
-    for p in json.loads(text):
+    for p in perf_set():
         key = (tuple(p["shape"]), int(p["axis"]), p["stag"])
         if key not in seen:
             seen.add(key)

@@ -23,7 +23,16 @@ from typing import Callable
 import numba
 import numpy as np
 
-__all__ = ["Timing", "measure", "CopyBench", "peer_callable", "PeerUnavailable"]
+__all__ = [
+    "Timing",
+    "measure",
+    "median_seconds",
+    "CopyBench",
+    "copy2",
+    "add3",
+    "peer_callable",
+    "PeerUnavailable",
+]
 
 
 @dataclasses.dataclass
@@ -91,19 +100,35 @@ def measure(
     return {name: Timing(s) for name, s in samples.items()}
 
 
+def median_seconds(
+    fns: dict[str, Callable[[], object]],
+    repeat: int,
+    max_times: dict[str, int] | None = None,
+) -> dict[str, float]:
+    """Median seconds per call of each function: :func:`measure` with exactly
+    ``repeat`` interleaved samples each (``max_times`` caps slow ones), after
+    one warm-up call each."""
+    timings = measure(fns, fix_times=repeat, max_times=max_times)
+    return {name: t.median_ms * 1e-3 for name, t in timings.items()}
+
+
 # --------------------------------------------------------------------------
 # memory copy floor
 # --------------------------------------------------------------------------
 @numba.njit(parallel=True, cache=True)
-def _copy2(src, dst):
+def copy2(src, dst):
+    """``dst[:] = src`` over 1-D arrays: 2 streams (read, write), the
+    forward's floor."""
     for i in numba.prange(dst.size):
         dst[i] = src[i]
 
 
 @numba.njit(parallel=True, cache=True)
-def _copy3(a, b, dst):
+def add3(a, b, dst):
+    """``dst[:] = a + b`` over 1-D arrays: 3 streams (read, read, write), the
+    backward's floor."""
     for i in numba.prange(dst.size):
-        dst[i] = a[i] ^ b[i]
+        dst[i] = a[i] + b[i]
 
 
 class CopyBench:
@@ -120,9 +145,9 @@ class CopyBench:
 
     def __call__(self) -> None:
         if self.streams == 2:
-            _copy2(self.bufs[0], self.bufs[1])
+            copy2(self.bufs[0], self.bufs[1])
         else:
-            _copy3(self.bufs[0], self.bufs[1], self.bufs[2])
+            add3(self.bufs[0], self.bufs[1], self.bufs[2])
 
 
 # --------------------------------------------------------------------------

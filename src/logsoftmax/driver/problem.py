@@ -2,16 +2,13 @@
 
 A :class:`Problem` is what benchdnn's softmax driver calls a ``prb_t``: the
 direction, algorithm, data types, memory tags, axis, in-place flag and dims.
-Everything here is pure description; nothing allocates big arrays except
-:func:`make_array`, which builds an (uninitialised) array of a logical shape
-in the memory order a tag names.
+Everything here is pure description.
 
-Tags list logical dims from outermost to innermost in memory: ``ab``,
-``abcd`` are row-major; ``acdb`` for logical [N, C, H, W] is channels-last
-(``np.empty((N, H, W, C)).transpose(0, 3, 1, 2)``); ``acb`` makes dim 1
-unit-stride; ``abx`` / ``axb`` are the rank-generic plain / channels-last
-tags; ``any`` (dst only) means "use the source layout". Blocked tags such as
-``aBcd16b`` have no strided numpy view and are reported as unsupported.
+Memory tags (``--stag``/``--dtag``) are oneDNN's plain format tags, parsed by
+:mod:`logsoftmax.formats` (re-exported here as :func:`tag_permutation` and
+:func:`make_array`); ``any`` (dst only) means "use the source layout". Blocked
+tags such as ``aBcd16b`` have no strided numpy view and are reported as
+unsupported.
 """
 
 from __future__ import annotations
@@ -23,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
+from ..formats import make_array, tag_permutation
 
 __all__ = [
     "Problem",
@@ -48,9 +46,6 @@ ALGS = {
 DATA_TYPES = ("f32", "bf16", "f16", "f64")
 #: data types benchdnn knows but this library does not implement
 KNOWN_UNSUPPORTED_DT = ("s8", "u8", "s32", "f8_e5m2", "f8_e4m3", "e8m0", "f4_e2m1")
-
-_PLAIN_TAG = re.compile(r"^[a-l]+$")
-_BLOCKED_TAG = re.compile(r"^[a-lA-L]+(\d+[a-l])+$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,40 +244,3 @@ def parse_dims(text: str) -> tuple[int, ...]:
 
 def dims_str(dims) -> str:
     return "x".join(str(int(n)) for n in dims)
-
-
-# --------------------------------------------------------------------------
-# layouts
-# --------------------------------------------------------------------------
-def tag_permutation(tag: str, ndims: int) -> tuple[int, ...]:
-    """Memory order of the logical dims for ``tag`` (outermost first).
-
-    Raises:
-      NotImplementedError: blocked tags (``aBcd16b``), which have no strided
-        numpy view.
-      ValueError: a tag that does not name each of the ``ndims`` dims once.
-    """
-    if tag == "abx":
-        return tuple(range(ndims))
-    if tag == "axb":
-        return (0,) + tuple(range(2, ndims)) + ((1,) if ndims > 1 else ())
-    if _BLOCKED_TAG.match(tag) or any(c.isupper() for c in tag):
-        raise NotImplementedError(
-            f"blocked layout tag {tag!r} has no strided view; only plain tags "
-            "(abx, axb, or permutations such as acdb) are supported"
-        )
-    perm = tuple(ord(c) - ord("a") for c in tag)
-    if not _PLAIN_TAG.match(tag) or sorted(perm) != list(range(ndims)):
-        raise ValueError(
-            f"tag {tag!r} does not fit a {ndims}-d problem; expected a "
-            f"permutation of {''.join(chr(ord('a') + i) for i in range(ndims))}"
-            ", abx or axb"
-        )
-    return perm
-
-
-def make_array(shape, dtype, tag: str) -> np.ndarray:
-    """An uninitialised array of logical ``shape`` laid out as ``tag`` says."""
-    perm = tag_permutation(tag, len(shape))
-    mem = np.empty([shape[p] for p in perm], dtype=dtype)
-    return mem.transpose(np.argsort(perm))

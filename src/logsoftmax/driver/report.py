@@ -78,9 +78,11 @@ def _fields(r: Result, engine: str) -> dict[str, str]:
 
 def perf_line(r: Result, template: str | None, engine: str = "cpu") -> str:
     """Fill ``template``'s ``%field%`` tokens (see docs/driver.md); unknown
-    fields stay as written so a typo is visible."""
-    tpl = template or DEFAULT_PERF_TEMPLATE
-    if template is None:
+    fields stay as written so a typo is visible. ``None`` or ``"def"``
+    (benchdnn's name) is the default template plus each peer's fields."""
+    default = template in (None, "def")
+    tpl = DEFAULT_PERF_TEMPLATE if default or not template else template
+    if default:
         tpl += "".join(
             f",%{lib}_0time%,%{lib}_GBps%,%{lib}_copy%" for lib in r.peers
         )

@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from .. import _api, dtypes
+from ..accuracy import max_eps_error
 from ..backends import get_backend, use_backend
 from . import compare, fill, perf
 from .problem import DATA_TYPES, DIRS, Problem, make_array, tag_permutation
@@ -182,50 +183,23 @@ def run_problem(prb: Problem, index: int, opts) -> Result:
 
 
 def _run(prb: Problem, index: int, opts, peers: list[str]) -> Result:
-    shape, axis = prb.shape, prb.axis
+    """Fill, execute once, check (modes C, CP) and time (modes P, CP)."""
     in_dt = dtypes.from_name(prb.in_dt)
     out_dt = dtypes.from_name(prb.out_dt)
-    fill_kind = opts.effective_fill
-    checking = opts.mode in ("C", "CP")
-
-    # -- inputs, dense (logical order) and rounded to their data type -------
-    if prb.is_fwd:
-        dense = (
-            fill.fill_fwd(shape, axis, prb.sdt, prb.ddt)
-            if fill_kind == "benchdnn"
-            else fill.fill_random(shape, opts.seed)
-        )
-        dense_in = {"src": dense.astype(in_dt)}
-    else:
-        if fill_kind == "benchdnn":
-            dd, y = fill.fill_bwd(shape, prb.alg, prb.ddt)
-        else:
-            dd = fill.fill_random(shape, opts.seed + 1)
-            logits = fill.fill_random(shape, opts.seed)
-            y = compare.reference_f32(prb.alg, True, axis, x=logits)
-        dense_in = {"diff_dst": dd.astype(in_dt), "dst": y.astype(in_dt)}
+    dense_in = _dense_inputs(prb, opts)
     inputs = {k: _layout(v, in_dt, prb.src_tag) for k, v in dense_in.items()}
-    in_place_key = "src" if prb.is_fwd else "diff_dst"
     if prb.inplace:
-        out = inputs[in_place_key]
+        out = inputs["src" if prb.is_fwd else "diff_dst"]
     else:
-        out = make_array(shape, out_dt, prb.dst_tag)
-    # peers read their own copies: an in-place run overwrites our inputs
-    peer_inputs = (
-        {k: _layout(v, in_dt, prb.src_tag) for k, v in dense_in.items()}
-        if peers and prb.inplace
-        else inputs
-    )
-
+        out = make_array(prb.shape, out_dt, prb.dst_tag)
     op = _op(prb)
     args = (inputs["src"],) if prb.is_fwd else (inputs["diff_dst"], inputs["dst"])
     call_dtype = None if out_dt == in_dt else out_dt
-    impl = _impl_name(opts)
 
     def ours():
-        return op(*args, axis=axis, out=out, dtype=call_dtype)
+        return op(*args, axis=prb.axis, out=out, dtype=call_dtype)
 
-    res = Result(prb, index, "EXECUTED", impl=impl)
+    res = Result(prb, index, "EXECUTED", impl=_impl_name(opts))
     try:
         ours()
     except NotImplementedError as e:
@@ -234,90 +208,133 @@ def _run(prb: Problem, index: int, opts, peers: list[str]) -> Result:
     except Exception as e:  # the library must not raise on a valid problem
         reason = f"{type(e).__name__}: {e}"
         return dataclasses.replace(res, state="FAILED", reason=reason)
-    got = np.array(out, copy=True) if prb.inplace else out
 
-    # -- correctness -----------------------------------------------------------
+    checking = opts.mode in ("C", "CP")
     ref64 = None
     if checking or peers:
-        names = ("src",) if prb.is_fwd else ("diff_dst", "dst")
-        ref_args = tuple(dense_in[k] for k in names)
+        ref_args = tuple(dense_in[k] for k in _input_names(prb))
         with use_backend("reference"):
-            ref64 = op(*ref_args, axis=axis, dtype=dtypes.float64)
+            ref64 = op(*ref_args, axis=prb.axis, dtype=dtypes.float64)
     if checking:
-        res.err64 = compare.eps_error(got, ref64, prb.out_dt)
-        if fill_kind == "benchdnn":
-            f32_args = {k: v.astype(np.float32) for k, v in dense_in.items()}
-            exp_f32 = compare.reference_f32(
-                prb.alg, prb.is_fwd, axis,
-                x=f32_args.get("src"), diff_dst=f32_args.get("diff_dst"),
-                dst=f32_args.get("dst"),
-            )
-            trh = compare.threshold(prb.alg, prb.is_fwd, prb.out_dt, prb.acc_mode)
-            zt = compare.zero_trust_percent(prb.alg, prb.is_fwd, prb.axis_size)
-            res.check = compare.benchdnn_check(got, exp_f32, prb.out_dt, trh, zt)
-            del exp_f32, f32_args
-            if not res.check.passed:
-                res.state = "FAILED"
-                res.reason = _describe_errors(res.check, trh)
-            elif res.check.mistrusted:
-                res.state = "MISTRUSTED"
-                res.reason = (
-                    f"{res.check.zeros} of {res.check.total} outputs are exactly 0 "
-                    f"(> {res.check.zero_trust:.0f}% allowed)"
-                )
-            else:
-                res.state = "PASSED"
-        else:
-            res.bound64 = compare.eps_bound(prb.alg, prb.is_fwd, prb.out_dt)
-            if not res.err64 <= res.bound64:
-                res.state = "FAILED"
-                res.reason = (
-                    f"max error {res.err64:.3g} eps against float64 exceeds the "
-                    f"bound {res.bound64:.3g} eps"
-                )
-            else:
-                res.state = "PASSED"
-    del got
-
-    # -- performance -----------------------------------------------------------
+        got = np.array(out, copy=True) if prb.inplace else out
+        _check(res, got, ref64, dense_in, opts)
+        del got
     if opts.mode in ("P", "CP"):
-        fns = {"ours": ours}
-        streams = 2 if prb.is_fwd else 3
-        fns["copy"] = perf.CopyBench(prb.bytes_moved, streams)
-        caps = {}
-        for lib in peers:
-            pr = res.peers[lib] = PeerResult()
-            try:
-                # torch's out= kernels mishandle some strided outputs (a
-                # channels-last out= of _log_softmax_backward_data is wrong in
-                # torch 2.13); peers write a row-major result, their default
-                p_out = np.empty(shape, out_dt)
-                fn = perf.peer_callable(lib, prb, peer_inputs, p_out)
-                fn()
-            except perf.PeerUnavailable as e:
-                pr.reason = str(e)
-                continue
-            except Exception as e:  # a peer's failure is reported, not fatal
-                pr.reason = f"{type(e).__name__}: {e}"
-                continue
-            if ref64 is not None:
-                pr.err64 = compare.eps_error(p_out, ref64, prb.out_dt)
-            fns[lib] = fn
-            if lib == "numpy":
-                caps[lib] = 3  # the textbook formula is slow; a few samples do
-        timings = perf.measure(
-            fns,
-            max_ms=opts.max_ms_per_prb,
-            min_times=opts.min_times_per_prb,
-            fix_times=opts.fix_times_per_prb,
-            max_times=caps,
+        # peers read their own copies: an in-place run overwrites our inputs
+        peer_inputs = (
+            {k: _layout(v, in_dt, prb.src_tag) for k, v in dense_in.items()}
+            if peers and prb.inplace
+            else inputs
         )
-        res.timing, res.copy = timings["ours"], timings["copy"]
-        for lib, pr in res.peers.items():
-            pr.timing = timings.get(lib)
-        if opts.mode == "P":
-            res.state = "EXECUTED"
+        _time(res, ours, peers, peer_inputs, ref64, opts)
     return res
+
+
+def _input_names(prb: Problem) -> tuple[str, ...]:
+    """The op's inputs, in call order."""
+    return ("src",) if prb.is_fwd else ("diff_dst", "dst")
+
+
+def _dense_inputs(prb: Problem, opts) -> dict[str, np.ndarray]:
+    """The inputs by name, dense (logical order) and rounded to their data
+    type: benchdnn's fill, or random values (``--fill=random``)."""
+    shape, axis = prb.shape, prb.axis
+    in_dt = dtypes.from_name(prb.in_dt)
+    benchdnn = opts.effective_fill == "benchdnn"
+    if prb.is_fwd:
+        dense = (
+            fill.fill_fwd(shape, axis, prb.sdt, prb.ddt)
+            if benchdnn
+            else fill.fill_random(shape, opts.seed)
+        )
+        return {"src": dense.astype(in_dt)}
+    if benchdnn:
+        dd, y = fill.fill_bwd(shape, prb.alg, prb.ddt)
+    else:
+        dd = fill.fill_random(shape, opts.seed + 1)
+        logits = fill.fill_random(shape, opts.seed)
+        y = compare.reference_f32(prb.alg, True, axis, x=logits)
+    return {"diff_dst": dd.astype(in_dt), "dst": y.astype(in_dt)}
+
+
+def _check(res: Result, got, ref64, dense_in: dict, opts) -> None:
+    """Set ``res``'s error against float64 and its state: benchdnn's rule
+    against the float32 reference (benchdnn fill), else the eps bound."""
+    prb = res.problem
+    res.err64 = max_eps_error(got, ref64, prb.out_dt)
+    if opts.effective_fill != "benchdnn":
+        res.bound64 = compare.eps_bound(prb.alg, prb.is_fwd, prb.out_dt)
+        if res.err64 <= res.bound64:
+            res.state = "PASSED"
+        else:
+            res.state = "FAILED"
+            res.reason = (
+                f"max error {res.err64:.3g} eps against float64 exceeds the "
+                f"bound {res.bound64:.3g} eps"
+            )
+        return
+    f32_args = {k: v.astype(np.float32) for k, v in dense_in.items()}
+    exp_f32 = compare.reference_f32(
+        prb.alg, prb.is_fwd, prb.axis,
+        x=f32_args.get("src"), diff_dst=f32_args.get("diff_dst"),
+        dst=f32_args.get("dst"),
+    )
+    del f32_args
+    trh = compare.threshold(prb.alg, prb.is_fwd, prb.out_dt, prb.acc_mode)
+    zt = compare.zero_trust_percent(prb.alg, prb.is_fwd, prb.axis_size)
+    res.check = compare.benchdnn_check(got, exp_f32, prb.out_dt, trh, zt)
+    if not res.check.passed:
+        res.state = "FAILED"
+        res.reason = _describe_errors(res.check, trh)
+    elif res.check.mistrusted:
+        res.state = "MISTRUSTED"
+        res.reason = (
+            f"{res.check.zeros} of {res.check.total} outputs are exactly 0 "
+            f"(> {res.check.zero_trust:.0f}% allowed)"
+        )
+    else:
+        res.state = "PASSED"
+
+
+def _time(res: Result, ours, peers: list[str], peer_inputs: dict, ref64, opts) -> None:
+    """Time ours, the same-run copy of the same bytes and each peer, in
+    interleaved rounds; a peer's error is measured against ``ref64``."""
+    prb = res.problem
+    fns = {"ours": ours}
+    fns["copy"] = perf.CopyBench(prb.bytes_moved, 2 if prb.is_fwd else 3)
+    caps = {}
+    for lib in peers:
+        pr = res.peers[lib] = PeerResult()
+        try:
+            # torch's out= kernels mishandle some strided outputs (a
+            # channels-last out= of _log_softmax_backward_data is wrong in
+            # torch 2.13); peers write a row-major result, their default
+            p_out = np.empty(prb.shape, dtypes.from_name(prb.out_dt))
+            fn = perf.peer_callable(lib, prb, peer_inputs, p_out)
+            fn()
+        except perf.PeerUnavailable as e:
+            pr.reason = str(e)
+            continue
+        except Exception as e:  # a peer's failure is reported, not fatal
+            pr.reason = f"{type(e).__name__}: {e}"
+            continue
+        if ref64 is not None:
+            pr.err64 = max_eps_error(p_out, ref64, prb.out_dt)
+        fns[lib] = fn
+        if lib == "numpy":
+            caps[lib] = 3  # the textbook formula is slow; a few samples do
+    timings = perf.measure(
+        fns,
+        max_ms=opts.max_ms_per_prb,
+        min_times=opts.min_times_per_prb,
+        fix_times=opts.fix_times_per_prb,
+        max_times=caps,
+    )
+    res.timing, res.copy = timings["ours"], timings["copy"]
+    for lib, pr in res.peers.items():
+        pr.timing = timings.get(lib)
+    if opts.mode == "P":
+        res.state = "EXECUTED"
 
 
 def _impl_name(opts) -> str:

@@ -20,10 +20,10 @@ FPMATH_MODES = ("strict", "bf16", "f16", "tf32", "any")
 
 
 def _conflict(a: LogicalTensor, b: LogicalTensor) -> str | None:
-    if a.dtype is not b.dtype:
-        return f"data type {b.dtype.name} vs {a.dtype.name}"
-    if a.ndims != -1 and b.ndims != -1:
-        if a.ndims != b.ndims or any(
+    if a.get_data_type() is not b.get_data_type():
+        return f"data type {b.get_data_type().name} vs {a.get_data_type().name}"
+    if a.shape is not None and b.shape is not None:
+        if len(a.shape) != len(b.shape) or any(
             x != y for x, y in zip(a.shape, b.shape) if UNKNOWN_DIM not in (x, y)
         ):
             return f"shape {list(b.shape)} vs {list(a.shape)}"
@@ -108,29 +108,29 @@ class Graph:
         ports = [(False, i, lt) for i, lt in enumerate(op.inputs)]
         ports += [(True, i, lt) for i, lt in enumerate(op.outputs)]
         for is_out, i, lt in ports:
-            seen = self._tensors.get(lt.id)
+            seen = self._tensors.get(lt.get_id())
             if seen is not None:
                 why = _conflict(seen[0], lt)
                 if why is not None:
                     raise op._error(
-                        f"{op.role(is_out, i)} is logical tensor {lt.id} with "
+                        f"{op.role(is_out, i)} is logical tensor {lt.get_id()} with "
                         f"{why} in {seen[1].describe()}; one id must describe one "
                         "tensor",
                         **op._port_kw(is_out, i),
                     )
-            if is_out and lt.id in self._producer:
+            if is_out and lt.get_id() in self._producer:
                 raise op._error(
-                    f"{op.role(is_out, i)} (logical tensor {lt.id}) is already "
-                    f"produced by {self._producer[lt.id].describe()}; a tensor has "
-                    "one producer",
+                    f"{op.role(is_out, i)} (logical tensor {lt.get_id()}) is "
+                    f"already produced by {self._producer[lt.get_id()].describe()}; "
+                    "a tensor has one producer",
                     **op._port_kw(is_out, i),
                 )
         op = op._copy()
         self._ops[op.id] = op
         for is_out, i, lt in ports:
-            self._tensors.setdefault(lt.id, (lt, op))
+            self._tensors.setdefault(lt.get_id(), (lt, op))
             if is_out:
-                self._producer[lt.id] = op
+                self._producer[lt.get_id()] = op
 
     def finalize(self) -> None:
         """Finish building: no op can be added afterwards.
@@ -154,7 +154,7 @@ class Graph:
         users: dict[int, list[int]] = {op.id: [] for op in ops}
         for op in ops:
             for lt in op.inputs:
-                prod = self._producer.get(lt.id)
+                prod = self._producer.get(lt.get_id())
                 if prod is not None and op.id not in users[prod.id]:
                     deps[op.id].add(prod.id)
                     users[prod.id].append(op.id)
@@ -223,18 +223,18 @@ class Graph:
         ids = []
         for op in self._ops.values():
             for lt in op.inputs:
-                if lt.id not in self._producer and lt.id not in ids:
-                    ids.append(lt.id)
+                if lt.get_id() not in self._producer and lt.get_id() not in ids:
+                    ids.append(lt.get_id())
         return ids
 
     def get_output_ids(self) -> list[int]:
         """Ids of the graph's outputs: tensors produced but consumed by no op."""
-        consumed = {lt.id for op in self._ops.values() for lt in op.inputs}
+        consumed = {lt.get_id() for op in self._ops.values() for lt in op.inputs}
         return [
-            lt.id
+            lt.get_id()
             for op in self._ops.values()
             for lt in op.outputs
-            if lt.id not in consumed
+            if lt.get_id() not in consumed
         ]
 
     def get_logical_tensor(self, tid: int) -> LogicalTensor:
@@ -250,21 +250,6 @@ class Graph:
                 f"could not find logical tensor {tid!r} in the graph (ids: "
                 f"{sorted(self._tensors)})"
             ) from None
-
-    # -- oneDNN's JSON format -------------------------------------------------
-    @classmethod
-    def from_json(cls, source) -> "Graph":
-        """Build a finalized graph from oneDNN's JSON format; see
-        :func:`logsoftmax.graph.from_json`."""
-        from .json_format import from_json
-
-        return from_json(source)
-
-    def to_json(self, *, indent: int | None = 2) -> str:
-        """This graph in oneDNN's JSON format; see :func:`logsoftmax.graph.to_json`."""
-        from .json_format import to_json
-
-        return to_json(self, indent=indent)
 
     def __repr__(self) -> str:
         return (

@@ -291,12 +291,12 @@ def _dims_out(values) -> list[int]:
 
 def _lt_dict(lt: LogicalTensor) -> dict:
     return {
-        "id": lt.id,
-        "dtype": lt.dtype.name,
+        "id": lt.get_id(),
+        "dtype": lt.get_data_type().name,
         "shape": [] if lt.shape is None else _dims_out(lt.shape),
-        "stride": [] if lt.strides is None else _dims_out(lt.strides),
-        "layout_type": lt.layout_type.name,
-        "property_type": lt.property_type.name,
+        "stride": [] if lt._strides is None else _dims_out(lt._strides),
+        "layout_type": lt.get_layout_type().name,
+        "property_type": lt.get_property_type().name,
     }
 
 

@@ -1,7 +1,8 @@
 """LogicalTensor: the metadata of a tensor (id, data type, dims, layout).
 
-Also the stride helpers used across the package: dense strides in a given
-dimension order, and oneDNN's format tags (``abc``, ``acb``...).
+Also the graph's face of the stride helpers (:mod:`logsoftmax.formats`):
+dense strides in a given dimension order, and oneDNN's format tags (``abc``,
+``acb``...), whose errors are :class:`InvalidArgumentError` here.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import formats
+from ..formats import dense_strides
 from .errors import InvalidArgumentError
 from .types import (
     JSON_UNKNOWN_DIM,
@@ -24,45 +27,23 @@ from .types import (
 __all__ = ["LogicalTensor", "dense_strides", "strides_from_tag"]
 
 
-def dense_strides(shape: Sequence[int], order: Sequence[int] | None = None) -> tuple:
-    """Compact strides (in elements) for ``shape``.
-
-    Args:
-      shape: known, non-negative dims.
-      order: dims from outermost to innermost in memory (a permutation of
-        ``range(len(shape))``); default row-major ``0, 1, ..., n-1``.
-
-    Returns:
-      A tuple of ``len(shape)`` strides; the innermost dim has stride 1.
-    """
-    n = len(shape)
-    order = list(range(n)) if order is None else list(order)
-    strides = [0] * n
-    acc = 1
-    for d in reversed(order):
-        strides[d] = acc
-        acc *= max(int(shape[d]), 1)
-    return tuple(strides)
-
-
 def strides_from_tag(shape: Sequence[int], tag: str) -> tuple:
-    """Strides of oneDNN's plain format tag ``tag`` for ``shape``.
+    """Strides (in elements) of oneDNN's plain format tag ``tag`` for ``shape``.
 
     A tag names the dims by letter (``a`` is dim 0) from outermost to
     innermost in memory: ``abc`` is row-major, ``acb`` makes dim 1 the
-    unit-stride dim (for ``[8, 384, 1024]``: strides ``[393216, 1, 384]``).
+    unit-stride dim (for ``[8, 384, 1024]``: strides ``[393216, 1, 384]``);
+    see :mod:`logsoftmax.formats`, which parses every tag in the package.
 
     Raises:
-      InvalidArgumentError: ``tag`` is not a permutation of the first
-        ``len(shape)`` letters.
+      InvalidArgumentError: ``tag`` is not a plain tag of ``len(shape)`` dims.
     """
-    letters = "abcdefghijkl"[: len(shape)]
-    if sorted(tag) != sorted(letters):
+    try:
+        return formats.strides_from_tag(shape, tag)
+    except (ValueError, NotImplementedError) as e:
         raise InvalidArgumentError(
-            f"format tag {tag!r} does not fit a {len(shape)}-d shape "
-            f"{list(shape)}; expected a permutation of {letters!r}"
-        )
-    return dense_strides(shape, [letters.index(c) for c in tag])
+            f"could not lay out shape {list(shape)} as format tag {tag!r}: {e}"
+        ) from None
 
 
 def _dim(value, what: str, lt_id) -> int:
@@ -111,6 +92,10 @@ class LogicalTensor:
     data and is immutable; build-time logical tensors may leave dims unknown
     (-1, or the whole rank unknown with ``shape=-1``), and compilation fills
     them in (query the compiled partition for the result).
+
+    Read it with oneDNN's getters (``get_id``, ``get_data_type``,
+    ``get_dims``, ``get_strides``, ``get_layout_type``, ``get_property_type``,
+    ``get_mem_size``); ``.shape`` is the one Pythonic alias, for ``get_dims()``.
 
     Overloads, as in oneDNN's C++ constructors::
 
@@ -284,41 +269,13 @@ class LogicalTensor:
         """Whether ``other`` has the same id, type, dims, layout and property."""
         return self == other
 
-    # -- Python properties ------------------------------------------------
-    @property
-    def id(self) -> int:
-        """The tensor's id."""
-        return self._id
-
-    @property
-    def dtype(self) -> DataType:
-        """The element data type."""
-        return self._dtype
-
-    @property
-    def ndims(self) -> int:
-        """The rank, or -1 if unknown."""
-        return UNKNOWN_NDIMS if self._dims is None else len(self._dims)
-
+    # -- the one Pythonic alias -------------------------------------------
     @property
     def shape(self) -> tuple[int, ...] | None:
-        """The dims as a tuple (-1 where unknown), or None if the rank is unknown."""
+        """The dims as a tuple (-1 where unknown), or None if the rank is
+        unknown: :meth:`get_dims` as numpy spells it (which raises instead of
+        returning None). The other attributes are read with oneDNN's getters."""
         return self._dims
-
-    @property
-    def strides(self) -> tuple[int, ...] | None:
-        """Strides in elements, or None unless strided with a known rank."""
-        return self._strides
-
-    @property
-    def layout_type(self) -> LayoutType:
-        """The layout type."""
-        return self._layout
-
-    @property
-    def property_type(self) -> PropertyType:
-        """The property type."""
-        return self._property
 
     # -- helpers ----------------------------------------------------------
     def is_complete(self) -> bool:

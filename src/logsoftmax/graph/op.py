@@ -309,30 +309,30 @@ class Op:
                     f"it has {len(ports)} {what}(s), expected {len(roles)} "
                     f"({', '.join(roles)})"
                 )
-        first = self._inputs[0].dtype
+        first = self._inputs[0].get_data_type()
         ports = [(False, i, lt) for i, lt in enumerate(self._inputs)]
         ports += [(True, i, lt) for i, lt in enumerate(self._outputs)]
         for is_out, i, lt in ports:
             role = self.role(is_out, i)
-            if lt.dtype not in COMPUTE_TYPES:
+            if lt.get_data_type() not in COMPUTE_TYPES:
                 raise self._error(
-                    f"{role} (logical tensor {lt.id}) has unsupported data type "
-                    f"{lt.dtype.name}; expected f32, bf16 or f16",
+                    f"{role} (logical tensor {lt.get_id()}) has unsupported data type "
+                    f"{lt.get_data_type().name}; expected f32, bf16 or f16",
                     **self._port_kw(is_out, i),
                 )
-            if lt.dtype is not first:
+            if lt.get_data_type() is not first:
                 raise self._error(
-                    f"{role} (logical tensor {lt.id}) is {lt.dtype.name}, expected "
-                    f"{first.name} (the data type of {self.role(False, 0)}; all "
+                    f"{role} (logical tensor {lt.get_id()}) is "
+                    f"{lt.get_data_type().name}, expected {first.name} (the data type of {self.role(False, 0)}; all "
                     "ports must share one data type)",
                     **self._port_kw(is_out, i),
                 )
-        in_ids = {lt.id: i for i, lt in enumerate(self._inputs)}
+        in_ids = {lt.get_id(): i for i, lt in enumerate(self._inputs)}
         for j, lt in enumerate(self._outputs):
-            if lt.id in in_ids:
+            if lt.get_id() in in_ids:
                 raise self._error(
-                    f"{self.role(True, j)} has id {lt.id}, the same as "
-                    f"{self.role(False, in_ids[lt.id])}; an op cannot read and "
+                    f"{self.role(True, j)} has id {lt.get_id()}, the same as "
+                    f"{self.role(False, in_ids[lt.get_id()])}; an op cannot read and "
                     "write one logical tensor (for in-place execution pass the "
                     "same buffer to both at execute time)"
                 )
@@ -371,6 +371,6 @@ class Op:
     def __repr__(self) -> str:
         return (
             f"Op({self._id}, {self._kind}, {self._name!r}, inputs="
-            f"{[lt.id for lt in self._inputs]}, outputs="
-            f"{[lt.id for lt in self._outputs]}, attrs={self._attrs})"
+            f"{[lt.get_id() for lt in self._inputs]}, outputs="
+            f"{[lt.get_id() for lt in self._outputs]}, attrs={self._attrs})"
         )

@@ -15,6 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import _api
 from .engine import Engine, Stream
 from .errors import CompileError, ExecuteError, InvalidArgumentError
 from .logical_tensor import LogicalTensor, dense_strides
@@ -163,10 +164,12 @@ class Partition:
             )
         by_id: dict[int, LogicalTensor] = {}
         for lt in given:
-            if lt.id in by_id:
-                raise self._error(f"got logical tensor {lt.id} twice among {what}s")
-            by_id[lt.id] = lt
-        want = [p.id for p in ports]
+            if lt.get_id() in by_id:
+                raise self._error(
+                    f"got logical tensor {lt.get_id()} twice among {what}s"
+                )
+            by_id[lt.get_id()] = lt
+        want = [p.get_id() for p in ports]
         if sorted(by_id) != sorted(want):
             raise self._error(
                 f"got {what} logical tensors with ids {sorted(by_id)}, expected "
@@ -248,17 +251,34 @@ class Partition:
         return cp
 
     def _compile(self, ins, outs) -> "CompiledPartition":
+        self._check_declared(ins, outs)
+        shape = self._check_inputs(ins)
+        axis = self._canonical_axis(len(shape))
+        compiled_outs = self._infer_outputs(outs, shape, ins[0]._strides)
+        i_in, i_out = SUPPORTED_OPS[self._op.kind].inplace
+        a, b = ins[i_in], compiled_outs[i_out]
+        inplace = []
+        same_type = a.get_data_type() is b.get_data_type()
+        if a.shape == b.shape and a._strides == b._strides and same_type:
+            inplace.append((a.get_id(), b.get_id()))
+        return CompiledPartition(self._id, self._op, axis, tuple(ins),
+                                 tuple(compiled_outs), inplace)
+
+    def _check_declared(self, ins, outs) -> None:
+        """Each port's data type, and its dims where both the graph and the
+        given logical tensor know them, agree with the graph's."""
         op = self._op
-        d = SUPPORTED_OPS[op.kind]
-        # data types and the graph's dims (known ones must agree)
         for is_out, given, ports in ((False, ins, op.inputs), (True, outs, op.outputs)):
             for i, (lt, port) in enumerate(zip(given, ports)):
-                if lt.dtype is not port.dtype:
+                if lt.get_data_type() is not port.get_data_type():
                     raise self._error(
-                        f"is {lt.dtype.name}, expected {port.dtype.name}", is_out, i
+                        f"is {lt.get_data_type().name}, expected "
+                        f"{port.get_data_type().name}",
+                        is_out,
+                        i,
                     )
-                if lt.ndims != -1 and port.ndims != -1:
-                    if lt.ndims != port.ndims or any(
+                if lt.shape is not None and port.shape is not None:
+                    if len(lt.shape) != len(port.shape) or any(
                         a != b
                         for a, b in zip(lt.shape, port.shape)
                         if UNKNOWN_DIM not in (a, b)
@@ -269,11 +289,14 @@ class Partition:
                             is_out,
                             i,
                         )
-        # inputs: concrete dims and strides
+
+    def _check_inputs(self, ins) -> tuple[int, ...]:
+        """Inputs are strided with known dims and strides, all of one shape,
+        which is returned."""
         for i, lt in enumerate(ins):
-            if lt.layout_type is not LayoutType.strided:
+            if lt.get_layout_type() is not LayoutType.strided:
                 raise self._error(
-                    f"has layout {lt.layout_type.name}; inputs need "
+                    f"has layout {lt.get_layout_type().name}; inputs need "
                     "LayoutType.strided with known strides",
                     False,
                     i,
@@ -290,48 +313,52 @@ class Partition:
             if ins[i].shape != shape:
                 raise self._error(
                     f"has shape {list(ins[i].shape)}, expected {list(shape)} (the "
-                    f"shape of {op.role(False, 0)})",
+                    f"shape of {self._op.role(False, 0)})",
                     False,
                     i,
                 )
-        rank = len(shape)
-        axis = op._axis()
-        if not -rank <= axis < rank:
+        return shape
+
+    def _canonical_axis(self, rank: int) -> int:
+        """The op's axis attribute in ``[0, rank)`` (the front door's rule)."""
+        axis = self._op._axis()
+        try:
+            return _api.canonical_axis(axis, rank)
+        except IndexError:
             raise self._error(
                 f"has rank {rank}, but attribute axis={axis} is out of range; "
                 f"expected an integer in [{-rank}, {rank})",
                 False,
                 0,
-            )
-        axis = axis + rank if axis < 0 else axis
-        # outputs: inferred dims and layout
-        compiled_outs = []
+            ) from None
+
+    def _infer_outputs(self, outs, shape, src_strides) -> list[LogicalTensor]:
+        """Outputs with dims and strides filled in: input 0's shape; given
+        strides (which must not overlap), else input 0's when compact, else
+        row-major."""
+        compiled = []
         for j, lt in enumerate(outs):
-            if lt.layout_type is LayoutType.opaque:
+            if lt.get_layout_type() is LayoutType.opaque:
                 raise self._error(
                     "has layout opaque; logsoftmax.graph produces strided layouts "
                     "only (use strided or any)",
                     True,
                     j,
                 )
-            if lt.ndims != -1 and (
-                lt.ndims != rank
+            if lt.shape is not None and (
+                len(lt.shape) != len(shape)
                 or any(a != b for a, b in zip(lt.shape, shape) if a != UNKNOWN_DIM)
             ):
                 raise self._error(
                     f"has shape {list(lt.shape)}, expected {list(shape)} (the shape "
-                    f"of {op.role(False, 0)})",
+                    f"of {self._op.role(False, 0)})",
                     True,
                     j,
                 )
-            strides = lt.strides
+            strides = lt._strides
             if strides is None or UNKNOWN_DIM in strides:
-                src_strides = ins[0].strides
-                strides = (
-                    src_strides
-                    if _is_compact(shape, src_strides)
-                    else dense_strides(shape)
-                )
+                compact = _is_compact(shape, src_strides)
+                strides = src_strides if compact else dense_strides(shape)
             elif _self_overlaps(shape, strides):
                 raise self._error(
                     f"has strides {list(strides)} under which distinct elements of "
@@ -340,16 +367,10 @@ class Partition:
                     True,
                     j,
                 )
-            compiled_outs.append(
+            compiled.append(
                 lt._with(shape=shape, strides=strides, layout_type=LayoutType.strided)
             )
-        inplace = []
-        i_in, i_out = d.inplace
-        a, b = ins[i_in], compiled_outs[i_out]
-        if a.shape == b.shape and a.strides == b.strides and a.dtype is b.dtype:
-            inplace.append((a.id, b.id))
-        return CompiledPartition(self._id, op, axis, tuple(ins), tuple(compiled_outs),
-                                 inplace)
+        return compiled
 
     def __repr__(self) -> str:
         return (
@@ -379,7 +400,7 @@ class CompiledPartition:
         self._outputs: tuple[LogicalTensor, ...] = outputs
         self._inplace = list(inplace)
         self._fn = getattr(logsoftmax, SUPPORTED_OPS[op.kind].function)
-        self._by_id = {lt.id: lt for lt in inputs + outputs}
+        self._by_id = {lt.get_id(): lt for lt in inputs + outputs}
 
     def query_logical_tensor(self, tid: int) -> LogicalTensor:
         """The compiled logical tensor of port ``tid`` (dims, strides filled in).
@@ -428,12 +449,14 @@ class CompiledPartition:
             raise self._error(
                 f"got {len(tensors)} {what} tensor(s), expected {len(ports)} ("
                 + ", ".join(
-                    f"{self._op.role(is_out, i)} id {p.id}" for i, p in enumerate(ports)
+                    f"{self._op.role(is_out, i)} id {p.get_id()}"
+                    for i, p in enumerate(ports)
                 )
                 + ")"
             )
         if all(
-            isinstance(t, Tensor) and t._lt.id == p.id for t, p in zip(tensors, ports)
+            isinstance(t, Tensor) and t._lt.get_id() == p.get_id()
+            for t, p in zip(tensors, ports)
         ):
             ordered = list(tensors)
         else:
@@ -443,20 +466,24 @@ class CompiledPartition:
                     raise self._error(
                         f"got {what} {t!r}; expected a Tensor"
                     )
-                by_id.setdefault(t._lt.id, t)
-            missing = [p.id for p in ports if p.id not in by_id]
+                by_id.setdefault(t._lt.get_id(), t)
+            missing = [p.get_id() for p in ports if p.get_id() not in by_id]
             if missing or len(by_id) != len(ports):
                 raise self._error(
                     f"got {what} tensors for logical tensors "
-                    f"{[t._lt.id for t in tensors]}, expected {[p.id for p in ports]}"
+                    f"{[t._lt.get_id() for t in tensors]}, expected "
+                    f"{[p.get_id() for p in ports]}"
                 )
-            ordered = [by_id[p.id] for p in ports]
+            ordered = [by_id[p.get_id()] for p in ports]
         views = []
         for i, (t, lt) in enumerate(zip(ordered, ports)):
             tlt = t._lt
-            if tlt.dtype is not lt.dtype:
+            if tlt.get_data_type() is not lt.get_data_type():
                 raise self._error(
-                    f"tensor is {tlt.dtype.name}, expected {lt.dtype.name}", is_out, i
+                    f"tensor is {tlt.get_data_type().name}, expected "
+                    f"{lt.get_data_type().name}",
+                    is_out,
+                    i,
                 )
             if tlt.shape is not None and (
                 len(tlt.shape) != len(lt.shape)
@@ -467,14 +494,14 @@ class CompiledPartition:
                     is_out,
                     i,
                 )
-            if tlt.strides is not None and any(
+            if tlt._strides is not None and any(
                 a != b
-                for a, b, n in zip(tlt.strides, lt.strides, lt.shape)
+                for a, b, n in zip(tlt._strides, lt._strides, lt.shape)
                 if a != UNKNOWN_DIM and n > 1
             ):
                 raise self._error(
-                    f"tensor has strides {list(tlt.strides)}, expected "
-                    f"{list(lt.strides)}",
+                    f"tensor has strides {list(tlt._strides)}, expected "
+                    f"{list(lt._strides)}",
                     is_out,
                     i,
                 )

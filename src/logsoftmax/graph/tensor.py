@@ -28,17 +28,24 @@ def make_view(
 
     Args:
       buffer: an ndarray of ``lt``'s shape and dtype whose strides agree with
-        ``lt``'s (strides of length-1 dims are ignored); or a C-contiguous
-        ndarray of ``lt``'s dtype or of uint8/int8 (raw bytes), or any
-        contiguous bytes-like object, holding at least ``lt.get_mem_size()``
-        bytes (the layout starts at its first byte).
+        ``lt``'s (strides of length-1 dims are ignored); or oneDNN's raw
+        handle: a flat (1-D) C-contiguous ndarray of ``lt``'s dtype, a
+        C-contiguous uint8/int8 (raw bytes) ndarray, or any contiguous
+        bytes-like object, holding at least ``lt.get_mem_size()`` bytes (the
+        layout starts at its first byte).
       lt: a complete logical tensor (known dims and strides).
       fail: builds the exception to raise from a problem description.
 
     Returns:
       An ndarray of ``lt.shape`` and ``lt``'s dtype.
+
+    Raises:
+      What ``fail`` builds, for anything else: in particular an ndarray of
+      ``lt``'s dtype and another shape, which is never reinterpreted (a
+      ``(100, 8)`` array for ``[8, 100]``, a larger ``(8, 101)`` output, a
+      ``(8, 100, 1)``: each is almost always a bug, API.md section 5).
     """
-    dt = lt.dtype.numpy_dtype
+    dt = lt.get_data_type().numpy_dtype
     shape = lt.shape
     bstrides = lt.byte_strides()
     if isinstance(buffer, np.ndarray):
@@ -46,22 +53,25 @@ def make_view(
             if buffer.dtype != dt:
                 raise fail(
                     f"buffer has dtype {buffer.dtype}, expected {dt} "
-                    f"({lt.dtype.name})"
+                    f"({lt.get_data_type().name})"
                 )
             if buffer.size > 1 and any(
                 n > 1 and s != b for n, s, b in zip(shape, buffer.strides, bstrides)
             ):
                 raise fail(
                     f"buffer has byte strides {list(buffer.strides)}, expected "
-                    f"{list(bstrides)} (element strides {list(lt.strides)}); pass "
+                    f"{list(bstrides)} (element strides {list(lt._strides)}); pass "
                     "an array with the logical tensor's layout or a flat buffer"
                 )
             return buffer
-        if buffer.dtype != dt and buffer.dtype not in _RAW:
+        raw = buffer.dtype in _RAW
+        if not raw and (buffer.dtype != dt or buffer.ndim != 1):
             raise fail(
                 f"buffer is a {buffer.dtype} array of shape {list(buffer.shape)}, "
                 f"but the logical tensor is {lt.describe()}; expected an array of "
-                f"that shape, or a flat {dt} (or uint8) buffer"
+                f"that shape and dtype, or a flat 1-D {dt} or raw-bytes "
+                "(uint8/int8) buffer (an array of another shape is never "
+                "reinterpreted)"
             )
         if not buffer.flags.c_contiguous:
             raise fail(
@@ -104,14 +114,15 @@ class Tensor:
       logical_tensor: the :class:`LogicalTensor` describing the data.
       engine: the :class:`Engine` the data lives on.
       buffer: an ndarray of the logical shape and dtype (strides must agree
-        with the logical tensor's); or a flat C-contiguous ndarray of the
-        logical dtype or of uint8, or any bytes-like object, big enough for
-        the strided layout (``logical_tensor.get_mem_size()`` bytes); or None
-        to allocate a zeroed buffer.
+        with the logical tensor's); or a raw handle big enough for the
+        strided layout (``logical_tensor.get_mem_size()`` bytes): a flat 1-D
+        C-contiguous ndarray of the logical dtype, a C-contiguous uint8/int8
+        ndarray, or any bytes-like object; or None to allocate a zeroed
+        buffer. An ndarray of another shape is an error, never reinterpreted.
 
     Raises:
       InvalidArgumentError: a bad argument, or a buffer that cannot back the
-        logical tensor (wrong dtype, strides, too small). When the logical
+        logical tensor (wrong dtype, shape, strides, too small). When the logical
         tensor has unknown dims, the buffer is checked at execute time against
         the compiled logical tensor instead.
     """
@@ -128,8 +139,8 @@ class Tensor:
             )
         if not isinstance(engine, Engine):
             raise InvalidArgumentError(
-                f"could not create tensor for logical tensor {logical_tensor.id}: "
-                f"engine must be an Engine, got {type(engine).__name__}"
+                "could not create tensor for logical tensor "
+                f"{logical_tensor.get_id()}: engine must be an Engine, got {type(engine).__name__}"
             )
         self._lt = logical_tensor
         self._engine = engine
@@ -138,24 +149,24 @@ class Tensor:
             if not logical_tensor.is_complete():
                 raise InvalidArgumentError(
                     f"could not allocate tensor for logical tensor "
-                    f"{logical_tensor.id}: its dims or strides are unknown "
+                    f"{logical_tensor.get_id()}: its dims or strides are unknown "
                     f"({logical_tensor.describe()})"
                 )
-            item = logical_tensor.dtype.numpy_dtype.itemsize
+            item = logical_tensor.get_data_type().numpy_dtype.itemsize
             buffer = np.zeros(logical_tensor.get_mem_size() // item,
-                              logical_tensor.dtype.numpy_dtype)
+                              logical_tensor.get_data_type().numpy_dtype)
         self._buffer = buffer
         self._bind()
 
     def _bind(self) -> None:
         lt = self._lt
         self._view = None
-        if lt.is_complete() and lt.dtype.numpy_dtype is not None:
+        if lt.is_complete() and lt.get_data_type().numpy_dtype is not None:
             self._view = make_view(
                 self._buffer,
                 lt,
                 lambda msg: InvalidArgumentError(
-                    f"could not create tensor for logical tensor {lt.id}: {msg}"
+                    f"could not create tensor for logical tensor {lt.get_id()}: {msg}"
                 ),
             )
 
@@ -190,7 +201,7 @@ class Tensor:
         """
         if self._view is None:
             raise InvalidArgumentError(
-                f"could not view tensor {self._lt.id}: its logical tensor has "
+                f"could not view tensor {self._lt.get_id()}: its logical tensor has "
                 f"unknown dims or strides ({self._lt.describe()})"
             )
         return self._view

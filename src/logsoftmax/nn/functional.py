@@ -1,7 +1,7 @@
 """Differentiable functions on :class:`~logsoftmax.Tensor` (arrays accepted).
 
-Each function is one op of :mod:`logsoftmax.autograd.nodes`, run through the
-dispatcher (schema, AMP policy, recording). Arrays are wrapped as constant
+Each function is one op of :mod:`logsoftmax.autograd.nodes` or
+:mod:`~logsoftmax.autograd.losses`, run through the dispatcher (schema, AMP policy, recording). Arrays are wrapped as constant
 Tensors; the result is always a Tensor.
 
 =================  ============  ==============================================
@@ -18,6 +18,7 @@ function           AMP policy    gradient
 
 from __future__ import annotations
 
+from ..autograd import losses as _losses
 from ..autograd import nodes as _nodes
 from ..autograd.tensor import Tensor
 
@@ -40,7 +41,7 @@ def log_softmax(x, axis: int = -1) -> Tensor:
     Raises:
       IndexError: ``axis`` out of range. TypeError: non-integer ``axis``.
     """
-    return _nodes.LogSoftmaxBackward.forward(x, axis)
+    return _nodes.LogSoftmax.forward(x, axis)
 
 
 def softmax(x, axis: int = -1) -> Tensor:
@@ -49,7 +50,7 @@ def softmax(x, axis: int = -1) -> Tensor:
 
     Same arguments, dtypes and errors as :func:`log_softmax`.
     """
-    return _nodes.SoftmaxBackward.forward(x, axis)
+    return _nodes.Softmax.forward(x, axis)
 
 
 def nll_loss(log_probs, target, *, weight=None, ignore_index: int = -100,
@@ -65,8 +66,9 @@ def nll_loss(log_probs, target, *, weight=None, ignore_index: int = -100,
       log_probs: ``(N, C)``, ``(N, C, d1, ...)`` or ``(C,)`` Tensor/array.
       target: integer array or Tensor of class indices, shape ``(N,)``,
         ``(N, d1, ...)`` or ``()``; values in ``[0, C)`` or ``ignore_index``.
-      weight: optional per-class weights, shape ``(C,)`` (a constant: no
-        gradient flows to it).
+      weight: optional per-class weights, shape ``(C,)``, of ``log_probs``'
+        dtype (a constant: no gradient flows to it). Under autocast a
+        float32/bfloat16/float16 weight is cast with the input, as in PyTorch.
       ignore_index: targets equal to it contribute nothing (nor to the mean's
         denominator).
       reduction: ``"mean"``, ``"sum"`` or ``"none"`` (per-target losses).
@@ -76,7 +78,8 @@ def nll_loss(log_probs, target, *, weight=None, ignore_index: int = -100,
       ``target``'s shape for ``reduction="none"``.
 
     Raises:
-      TypeError: non-integer ``target``; bad ``ignore_index``/``weight`` dtype.
+      TypeError: non-integer ``target``; ``ignore_index`` not an int;
+        ``weight`` of another dtype than ``log_probs`` (named in the message).
       ValueError: ``target``/``weight`` shape mismatch; unknown ``reduction``.
       IndexError: a target outside ``[0, C)`` that is not ``ignore_index``.
 
@@ -84,7 +87,7 @@ def nll_loss(log_probs, target, *, weight=None, ignore_index: int = -100,
       With ``reduction="mean"`` and every target ignored the loss is NaN
       (0/0), as in PyTorch.
     """
-    return _nodes.NllLossBackward.forward(
+    return _losses.NllLoss.forward(
         log_probs, target, weight=weight, ignore_index=ignore_index,
         reduction=reduction,
     )
@@ -100,7 +103,7 @@ def cross_entropy(logits, target, *, weight=None, ignore_index: int = -100,
     by the softmax kernel and a scatter-subtract at the targets (no one-hot
     matrix). Same arguments, result and errors as :func:`nll_loss`.
     """
-    return _nodes.CrossEntropyBackward.forward(
+    return _losses.CrossEntropy.forward(
         logits, target, weight=weight, ignore_index=ignore_index,
         reduction=reduction,
     )
@@ -119,9 +122,9 @@ def linear(x, weight, bias=None) -> Tensor:
     Raises:
       ValueError: shapes that do not fit.
     """
-    return _nodes.LinearBackward.forward(x, weight, bias)
+    return _nodes.Linear.forward(x, weight, bias)
 
 
 def relu(x) -> Tensor:
     """``max(x, 0)`` elementwise (NaN stays NaN; gradient 0 at 0)."""
-    return _nodes.ReluBackward.forward(x)
+    return _nodes.Relu.forward(x)

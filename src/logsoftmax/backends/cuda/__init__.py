@@ -30,7 +30,6 @@ kernels can run here: a CUDA driver is present (``/proc/driver/nvidia``) or
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
 import sys
@@ -41,7 +40,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import Backend, is_cuda_array
+from .. import Backend, Op, is_cuda_array, is_torch_tensor, numpy_dtype, torch_dtype
 
 __all__ = ["CudaBackend", "interpreting"]
 
@@ -81,37 +80,9 @@ def interpreting() -> bool:
 # --------------------------------------------------------------------------
 # array kinds and dtypes
 # --------------------------------------------------------------------------
-def _is_torch(x) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor)
-
-
 def _is_foreign_cuda(x) -> bool:
     """A CUDA array that is not a torch tensor (CuPy, numba.cuda, ...)."""
-    return not _is_torch(x) and is_cuda_array(x)
-
-
-@functools.lru_cache(maxsize=None)
-def _torch_dtype(dt: np.dtype):
-    torch = _lib()[0]
-    dt = np.dtype(dt)
-    if dt == _BF16:
-        return torch.bfloat16
-    return torch.from_numpy(np.empty(0, dt.newbyteorder("="))).dtype
-
-
-@functools.lru_cache(maxsize=None)
-def _numpy_dtype(tdt) -> np.dtype:
-    torch = _lib()[0]
-    if tdt == torch.bfloat16:
-        return _BF16
-    try:
-        return torch.empty(0, dtype=tdt).numpy().dtype
-    except (TypeError, RuntimeError):
-        raise TypeError(
-            f"cuda backend: torch dtype {tdt} has no numpy equivalent; expected "
-            "float32, bfloat16, float16, float64 or an integer/bool dtype"
-        ) from None
+    return not is_torch_tensor(x) and is_cuda_array(x)
 
 
 def _foreign_to_torch(x):
@@ -152,7 +123,7 @@ def _numpy_span(a: np.ndarray):
     if not a.dtype.isnative or any(s % item for s in a.strides):
         return None
     if a.size == 0:
-        t = torch.empty(0, dtype=_torch_dtype(a.dtype))
+        t = torch.empty(0, dtype=torch_dtype(a.dtype))
         return launch.Operand(t, 0, a.shape, (0,) * a.ndim)
     flip = tuple(slice(None, None, -1) if s < 0 else slice(None) for s in a.strides)
     flipped = a[flip]
@@ -183,7 +154,7 @@ class _Call:
         self.torch = torch
         self.device = None
         for a in arrays:
-            if _is_torch(a) and a.device.type == "cuda":
+            if is_torch_tensor(a) and a.device.type == "cuda":
                 self.device = a.device
                 break
             if _is_foreign_cuda(a):
@@ -206,7 +177,7 @@ class _Call:
 
     def _torch_view(self, a):
         """``a`` as a torch tensor (no copy), or None for numpy arrays."""
-        if _is_torch(a):
+        if is_torch_tensor(a):
             return a
         if _is_foreign_cuda(a):
             return _foreign_to_torch(a)
@@ -237,7 +208,7 @@ class _Call:
             op = _numpy_span(a)
             if op is not None:
                 return op
-        dt = t.dtype if t is not None else _torch_dtype(a.dtype)
+        dt = t.dtype if t is not None else torch_dtype(a.dtype)
         tmp = self.torch.empty(tuple(a.shape), dtype=dt, device=self.device)
         self._writebacks.append((a if t is None else t, tmp))
         return launch.Operand.of(tmp)
@@ -245,7 +216,7 @@ class _Call:
     def finish(self) -> None:
         """Copy staged outputs back into the caller's arrays."""
         for a, tmp in self._writebacks:
-            if _is_torch(a):
+            if is_torch_tensor(a):
                 a.copy_(tmp)
             else:
                 a[...] = _to_numpy(tmp)
@@ -265,8 +236,8 @@ def _empty_like(x, dtype: np.dtype, shape=None):
             return np.empty_like(x, dtype=dtype)
         return np.empty(shape, dtype)
     torch = _lib()[0]
-    t = x if _is_torch(x) else _foreign_to_torch(x)
-    tdt = _torch_dtype(dtype)
+    t = x if is_torch_tensor(x) else _foreign_to_torch(x)
+    tdt = torch_dtype(dtype)
     if shape is None:
         return torch.empty_like(t, dtype=tdt)
     return torch.empty(tuple(shape), dtype=tdt, device=t.device)
@@ -278,7 +249,7 @@ def _numel(a) -> int:
 
 def _deliver(x, result):
     """``result`` (allocated by :func:`_empty_like`) as ``x``'s array type."""
-    if _is_foreign_cuda(x) and _is_torch(result):
+    if _is_foreign_cuda(x) and is_torch_tensor(result):
         return _torch_to_foreign(x, result)
     return result
 
@@ -301,33 +272,33 @@ class CudaBackend(Backend):
 
     # -- array-type hooks -------------------------------------------------
     def accepts(self, x) -> bool:
-        return (_is_torch(x) and x.device.type == "cuda") or _is_foreign_cuda(x)
+        return (is_torch_tensor(x) and x.device.type == "cuda") or _is_foreign_cuda(x)
 
     def asarray(self, x):
-        if isinstance(x, np.ndarray) or _is_torch(x) or _is_foreign_cuda(x):
+        if isinstance(x, np.ndarray) or is_torch_tensor(x) or _is_foreign_cuda(x):
             return x
         return np.asarray(x)
 
     def dtype_of(self, x) -> np.dtype:
-        if _is_torch(x):
-            return _numpy_dtype(x.dtype)
+        if is_torch_tensor(x):
+            return numpy_dtype(x.dtype)
         if isinstance(x, np.ndarray):
             dt = x.dtype
             return dt.newbyteorder("=") if not dt.isnative else dt
         try:
             return np.dtype(x.dtype)
         except TypeError:
-            return _numpy_dtype(_foreign_to_torch(x).dtype)
+            return numpy_dtype(_foreign_to_torch(x).dtype)
 
     def astype(self, x, dtype: np.dtype):
         if isinstance(x, np.ndarray):
             return x.astype(dtype)
-        if _is_torch(x):
-            return x.to(_torch_dtype(dtype))
-        return _torch_to_foreign(x, _foreign_to_torch(x).to(_torch_dtype(dtype)))
+        if is_torch_tensor(x):
+            return x.to(torch_dtype(dtype))
+        return _torch_to_foreign(x, _foreign_to_torch(x).to(torch_dtype(dtype)))
 
     # -- the ops ------------------------------------------------------------
-    def _forward(self, op: int, x, axis: int, out, dtype):
+    def _forward(self, op: Op, x, axis: int, out, dtype):
         _, launch, _ = _lib()
         call = _Call([x, out])
         result = _empty_like(x, dtype) if out is None else out
@@ -335,7 +306,7 @@ class CudaBackend(Backend):
         call.finish()
         return out if out is not None else _deliver(x, result)
 
-    def _backward(self, op: int, diff_dst, dst, axis: int, out, dtype):
+    def _backward(self, op: Op, diff_dst, dst, axis: int, out, dtype):
         _, launch, _ = _lib()
         call = _Call([diff_dst, dst, out])
         result = _empty_like(diff_dst, dtype) if out is None else out
@@ -345,16 +316,16 @@ class CudaBackend(Backend):
         return out if out is not None else _deliver(diff_dst, result)
 
     def log_softmax(self, x, axis, out, dtype):
-        return self._forward(_lib()[2].LOG_SOFTMAX, x, axis, out, dtype)
+        return self._forward(Op.LOG_SOFTMAX, x, axis, out, dtype)
 
     def softmax(self, x, axis, out, dtype):
-        return self._forward(_lib()[2].SOFTMAX, x, axis, out, dtype)
+        return self._forward(Op.SOFTMAX, x, axis, out, dtype)
 
     def log_softmax_backward(self, diff_dst, dst, axis, out, dtype):
-        return self._backward(_lib()[2].LOG_SOFTMAX, diff_dst, dst, axis, out, dtype)
+        return self._backward(Op.LOG_SOFTMAX, diff_dst, dst, axis, out, dtype)
 
     def softmax_backward(self, diff_dst, dst, axis, out, dtype):
-        return self._backward(_lib()[2].SOFTMAX, diff_dst, dst, axis, out, dtype)
+        return self._backward(Op.SOFTMAX, diff_dst, dst, axis, out, dtype)
 
     def logsumexp(self, x, axes, keepdims):
         """Reduce over ``axes`` with :func:`~.launch.logsumexp`.
@@ -403,7 +374,7 @@ class CudaBackend(Backend):
         if isinstance(result, np.ndarray):
             result[...] = x
         else:
-            result.copy_(x if _is_torch(x) else _foreign_to_torch(x))
+            result.copy_(x if is_torch_tensor(x) else _foreign_to_torch(x))
 
 
 def _merge_axes(x, out, axes):

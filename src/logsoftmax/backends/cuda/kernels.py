@@ -40,21 +40,23 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .. import Op
+
 __all__ = [
     "INTERPRETED",
     "forward_kernel",
     "backward_kernel",
     "logsumexp_kernel",
-    "LOG_SOFTMAX",
-    "SOFTMAX",
 ]
 
 #: whether these kernels run in Triton's CPU interpreter (TRITON_INTERPRET=1
 #: was set when this module was imported; Triton decides at decoration time)
 INTERPRETED: bool = bool(triton.knobs.runtime.interpret)
 
-LOG_SOFTMAX = 0
-SOFTMAX = 1
+# The kernels' ``OP`` constexpr is ``int(Op.X)``; Triton reads module globals
+# only when they are constexpr instances.
+_LOG_SOFTMAX = tl.constexpr(int(Op.LOG_SOFTMAX))
+_SOFTMAX = tl.constexpr(int(Op.SOFTMAX))
 
 
 # --------------------------------------------------------------------------
@@ -170,7 +172,7 @@ def _row_stats(
 @triton.jit
 def _finish(x, m, s, log_s, OP: tl.constexpr):
     """The forward formula for one tile, given the row statistics."""
-    if OP == 0:  # log_softmax: (x - m) - log(s)
+    if OP == _LOG_SOFTMAX:  # log_softmax: (x - m) - log(s)
         y = (x - m[:, None]) - log_s[:, None]
     else:  # softmax: exp(x - m) / s
         y = tl.exp(x - m[:, None]) / s[:, None]
@@ -208,7 +210,7 @@ def forward_kernel(
     OUT_LOW: tl.constexpr,
     BF16_BITS: tl.constexpr,
 ):
-    """``y = log_softmax(x)`` (OP 0) or ``softmax(x)`` (OP 1) along ``n``."""
+    """``y = log_softmax(x)`` (``Op.LOG_SOFTMAX``) or ``softmax(x)`` along ``n``."""
     b0, b1, rows, rmask = _tile_rows(tl.program_id(0), B1, R, n_rt, BLOCK_R)
     x_rows = _row_ptrs(x_ptr, x_off, b0, b1, rows, sx_b0, sx_b1, sx_r)
     y_rows = _row_ptrs(y_ptr, y_off, b0, b1, rows, sy_b0, sy_b1, sy_r)
@@ -234,7 +236,7 @@ def forward_kernel(
         m = tl.max(x, axis=1)
         e = tl.exp(x - _shift(m)[:, None])
         s = tl.sum(e, axis=1)
-        if OP == 0:
+        if OP == _LOG_SOFTMAX:
             y = (x - m[:, None]) - tl.log(s)[:, None]
         else:
             # e is exp(x - m) except on all -inf rows, where 0 / 0 is NaN anyway
@@ -294,7 +296,7 @@ def logsumexp_kernel(
 # --------------------------------------------------------------------------
 @triton.jit
 def _bwd_finish(dd, y, S, OP: tl.constexpr):
-    if OP == 0:  # diff_dst - exp(dst) * sum(diff_dst)
+    if OP == _LOG_SOFTMAX:  # diff_dst - exp(dst) * sum(diff_dst)
         return dd - tl.exp(y) * S[:, None]
     else:  # dst * (diff_dst - sum(diff_dst * dst))
         return y * (dd - S[:, None])
@@ -404,7 +406,7 @@ def backward_kernel(
             mask = rmask[:, None] & (c < N)[None, :]
             v = tl.load(d_rows[:, None] + c[None, :] * sd_n, mask=mask, other=0.0)
             v = v.to(ACC)
-            if OP == 1:
+            if OP == _SOFTMAX:
                 y = tl.load(y_rows[:, None] + c[None, :] * sy_n, mask=mask, other=0.0)
                 v, v_lo = _product(v, y.to(ACC), SPLIT)
                 comp += v_lo
@@ -429,7 +431,7 @@ def backward_kernel(
         y = tl.load(y_rows[:, None] + cols[None, :] * sy_n, mask=mask, other=0.0).to(
             ACC
         )
-        if OP == 0:
+        if OP == _LOG_SOFTMAX:
             S = _accurate_sum(dd, tl.zeros([BLOCK_R, BLOCK_N], ACC), ACC, BLOCK_N)
         else:
             hi, lo = _product(dd, y, SPLIT)

@@ -46,6 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import Op
 from . import kernels
 
 __all__ = [
@@ -271,14 +272,14 @@ def _launch_all(kernel, grid, ops, extra, sizes, B1, R, N, n_rt, strides, meta) 
 # --------------------------------------------------------------------------
 # the ops
 # --------------------------------------------------------------------------
-def forward(op: int, x: Operand, y: Operand, axis: int) -> None:
-    """``y = log_softmax(x)`` (``op == kernels.LOG_SOFTMAX``) or softmax, in y."""
-    _run(kernels.forward_kernel, (x, y), axis, x.tensor.dtype, {"OP": op})
+def forward(op: Op, x: Operand, y: Operand, axis: int) -> None:
+    """``y = log_softmax(x)`` (``Op.LOG_SOFTMAX``) or softmax, in y."""
+    _run(kernels.forward_kernel, (x, y), axis, x.tensor.dtype, {"OP": int(op)})
 
 
-def backward(op: int, diff_dst: Operand, dst: Operand, out: Operand, axis: int) -> None:
-    """``out = diff_src`` of log_softmax (``kernels.LOG_SOFTMAX``) or softmax."""
-    split = op == kernels.SOFTMAX and diff_dst.tensor.dtype in (
+def backward(op: Op, diff_dst: Operand, dst: Operand, out: Operand, axis: int) -> None:
+    """``out = diff_src`` of log_softmax (``Op.LOG_SOFTMAX``) or softmax."""
+    split = op == Op.SOFTMAX and diff_dst.tensor.dtype in (
         torch.float32,
         torch.float64,
     )
@@ -287,7 +288,7 @@ def backward(op: int, diff_dst: Operand, dst: Operand, out: Operand, axis: int) 
         (diff_dst, dst, out),
         axis,
         diff_dst.tensor.dtype,
-        {"OP": op, "SPLIT": split},
+        {"OP": int(op), "SPLIT": split},
     )
 
 
