@@ -51,7 +51,7 @@ import numpy as np
 
 from . import dtypes
 from ._api import _check_type, _check_value
-from ._losses import (
+from ._loss_checks import (
     check_class_targets,
     check_class_weight,
     check_fraction,
@@ -73,6 +73,7 @@ __all__ = [
     "rows_of",
     "default_chunk",
     "NumpyOps",
+    "TorchOps",
     "ops_for",
 ]
 
@@ -395,19 +396,112 @@ def _scipy_blas():
     return _BLAS[0]
 
 
+class TorchOps(NumpyOps):
+    """CPU torch tensors: torch's BLAS (``mm``/``addmm`` accumulate in place)
+    for the GEMMs, the numba kernels on zero-copy numpy views of the chunk;
+    per-row bookkeeping stays in float64 numpy arrays."""
+
+    def __init__(self):
+        super().__init__()
+        import torch
+
+        self.torch = torch
+        self._tdt = {
+            dtypes.float32: torch.float32,
+            dtypes.float64: torch.float64,
+            dtypes.bfloat16: torch.bfloat16,
+            dtypes.float16: torch.float16,
+        }
+
+    @staticmethod
+    def _np(a):
+        return a.numpy() if hasattr(a, "numpy") and not isinstance(a, np.ndarray) else a
+
+    def empty(self, shape, dt):
+        return self.torch.empty(shape, dtype=self._tdt[np.dtype(dt)])
+
+    def zeros(self, shape, dt):
+        return self.torch.zeros(shape, dtype=self._tdt[np.dtype(dt)])
+
+    def chunk(self, buf, rows, cols):
+        return buf[: rows * cols].view(rows, cols)
+
+    def to_host(self, a):
+        return a.detach().cpu().numpy() if hasattr(a, "detach") else np.asarray(a)
+
+    def as_f64(self, a):
+        if hasattr(a, "detach"):
+            return a.detach().to(self.torch.float64).cpu().numpy()
+        return np.asarray(a, np.float64)
+
+    def target_int64(self, t):
+        return np.ascontiguousarray(self.to_host(t), np.int64)
+
+    def compute(self, a, cdt):
+        tdt = self._tdt[np.dtype(cdt)]
+        return a if a.dtype == tdt else a.to(tdt)
+
+    def result(self, a, dt):
+        tdt = self._tdt[np.dtype(dt)]
+        return a if a.dtype == tdt else a.to(tdt)  # one round-to-nearest-even
+
+    def round_loss(self, loss, dt):
+        r = np.asarray(dtypes.round_to(np.asarray(loss, np.float64), dt))
+        wide = r if r.dtype == np.float64 else r.astype(np.float32)  # exact
+        return self.torch.from_numpy(np.array(wide)).to(self._tdt[np.dtype(dt)])
+
+    def fill_zero(self, a):
+        a.zero_()
+
+    def scale_(self, a, d):
+        return a if d == 1.0 else a.mul_(d)
+
+    def logits(self, xr, wc, bc, out):
+        if bc is None:
+            self.torch.mm(xr, wc.t(), out=out)
+        else:
+            self.torch.addmm(bc, xr, wc.t(), out=out)
+
+    def acc_gx(self, dst, g, wc, first):
+        if first:
+            self.torch.mm(g, wc, out=dst)
+        else:
+            dst.addmm_(g, wc)
+
+    def acc_gw(self, dst, g, xr, first):
+        if first:
+            self.torch.mm(g.t(), xr, out=dst)
+        else:
+            dst.addmm_(g.t(), xr)
+
+    def acc_gb(self, dst, g, first):
+        if first:
+            self.torch.sum(g, 0, out=dst)
+        else:
+            dst += g.sum(0)
+
+    def stats(self, z, cap, c0, target, cw, has_w, w_seen, w_chunk, smooth,
+              m, s, zt, zw):
+        super().stats(z.numpy(), cap, c0, target, self._np(cw), has_w, w_seen,
+                      w_chunk, smooth, m, s, zt, zw)
+
+    def cap(self, z, cap):
+        super().cap(z.numpy(), cap)
+
+    def grad(self, z, c0, target, cw, has_w, a, b, e, m, log_s, cap):
+        super().grad(z.numpy(), c0, target, self._np(cw), has_w, a, b, e, m, log_s,
+                     cap)
+
+
 def ops_for(kind: str):
-    """The pieces for an array kind (``"numpy"``, ``"torch"``, ``"cuda"``)."""
+    """The host-side pieces: ``"numpy"`` or ``"torch"`` (CPU tensors). CUDA
+    pieces live in :mod:`.backends.cuda.losses` (the front door's
+    :func:`logsoftmax._losses.ops_for` picks them)."""
     if kind == "numpy":
         return NumpyOps()
     if kind == "torch":
-        from .torch.linear_cross_entropy import TorchOps
-
         return TorchOps()
-    if kind == "cuda":
-        from .backends.cuda.losses import CudaOps
-
-        return CudaOps()
-    raise ValueError(f"no linear_cross_entropy pieces for arrays of kind {kind!r}")
+    raise ValueError(f"{kind!r} arrays: pass the pieces (logsoftmax._losses.ops_for)")
 
 
 # --------------------------------------------------------------------------
@@ -508,6 +602,7 @@ class Saved:
 
     problem: Problem
     rows: Rows
+    ops: Any = None
     m: Any = None
     log_s: Any = None
     grads: tuple | None = field(default=None)
@@ -579,7 +674,7 @@ def forward_terms(p: Problem, ops, *, grads: bool = False, rows: Rows | None = N
                      ops.cast(log_s, cdt), p.cap)
             acc.add(z, xr, wc, r0, r1, c0, c1)
     ce, zl = row_loss(p, rows, m, s, zt, zw, ops)
-    saved = Saved(p, rows, m, ops.xp.log(s))
+    saved = Saved(p, rows, ops, m, ops.xp.log(s))
     if fused:
         saved.grads = acc.finish()
     return ce, zl, saved
@@ -635,7 +730,7 @@ def backward(grad_loss, saved: Saved, ops=None, *, result: bool = True):
     returns the compute-dtype accumulators unrounded (dask sums them first).
     """
     p = saved.problem
-    ops = ops or ops_for(p.kind)
+    ops = ops or saved.ops
     if saved.grads is not None:
         # consumed in place: a second backward (retain_graph) recomputes
         grads, saved.grads = saved.grads, None
