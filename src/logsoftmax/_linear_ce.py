@@ -260,6 +260,9 @@ class NumpyOps:
 
         self.k, self._storage = losses, storage
 
+    def bind(self, p):
+        """Called with the problem before any work (CUDA: its device)."""
+
     # arrays
     def empty(self, shape, dt):
         return np.empty(shape, dt)
@@ -645,6 +648,7 @@ def forward_terms(p: Problem, ops, *, grads: bool = False, rows: Rows | None = N
     """The chunk pass: per-row float64 ``(ce, zl)`` terms (``zl`` None without
     z-loss) and the :class:`Saved` state. ``rows`` may carry scales other
     than this problem's own (dask: the global ``"mean"`` denominators)."""
+    ops.bind(p)
     rows = rows or rows_of(p, ops)
     n, v, cdt = p.n, p.v, p.cdt
     r_chunk, c_chunk = p.chunk
