@@ -142,11 +142,18 @@ def _row_max(row, n):
     return np.float64(mc)
 
 
+#: elements per float32 block sum: each of LLVM's 64 vector accumulators
+#: (16 lanes x 4) adds 32 terms, then the block sum is added in float64.
+#: Measured (one thread, rows of 8000): 1.95 G/s vs 1.0 G/s for float64
+#: accumulation of every term, which kept exp32 out of the vector loop.
+_BLOCK = 2048
+
+
 @njit(**_SUM)
 def _row_sum_exp(row, n, mc):
-    """``sum exp(z - mc)`` in float64 (terms in the compute type); NaN if the
-    row holds a NaN (``maxnum`` hid it from ``mc``), 0 for an all--inf row."""
-    sc = 0.0
+    """``sum exp(z - mc)`` (float32 blocks of :data:`_BLOCK`, float64 across
+    blocks); NaN if the row holds a NaN (``maxnum`` hid it from ``mc``), 0 for
+    an all--inf row."""
     if mc == _NINF:
         for k in range(n):
             v = load(row, k)
@@ -154,21 +161,32 @@ def _row_sum_exp(row, n, mc):
                 return np.nan
         return 0.0
     m = _ct(row, mc)  # exact: mc is one of the row's elements
-    for k in range(n):
-        sc += np.float64(exp_c(load(row, k) - m))
+    sc = 0.0
+    for b in range(0, n, _BLOCK):
+        e = min(n, b + _BLOCK)
+        acc = m * 0
+        for k in range(b, e):
+            acc += exp_c(load(row, k) - m)
+        sc += np.float64(acc)
     return sc
 
 
 @njit(**_SUM)
 def _row_weighted_gap(row, n, mc, cw, c0, has_w):
-    """``sum_k w_k (mc - z_k)`` in float64 (``w_k = 1`` without weights)."""
+    """``sum_k w_k (mc - z_k)``: non-negative terms in the compute type,
+    block sums in float64 (``w_k = 1`` without weights)."""
+    m = _ct(row, mc)
     acc = 0.0
-    if has_w:
-        for k in range(n):
-            acc += np.float64(cw[c0 + k]) * (mc - np.float64(load(row, k)))
-    else:
-        for k in range(n):
-            acc += mc - np.float64(load(row, k))
+    for b in range(0, n, _BLOCK):
+        e = min(n, b + _BLOCK)
+        part = m * 0
+        if has_w:
+            for k in range(b, e):
+                part += cw[c0 + k] * (m - load(row, k))
+        else:
+            for k in range(b, e):
+                part += m - load(row, k)
+        acc += np.float64(part)
     return acc
 
 
