@@ -77,12 +77,16 @@ __all__ = [
     "ops_for",
 ]
 
-#: default chunk budget in elements of the compute type: 2**21 float32 =
-#: 8 MiB (measured in docs/losses.md: GEMM efficiency vs. peak memory)
-CHUNK_ELEMENTS = 1 << 21
-#: fewest token rows per chunk: below this the GEMM x @ W.T streams W from
-#: memory for too little work (OpenBLAS at 64 rows ran at ~1/3 of its peak)
-MIN_ROWS = 64
+#: default chunk budget in elements of the compute type: 2**23 float32 =
+#: 32 MiB, 256 token rows at V = 32000. Measured (docs/losses.md, N=2048,
+#: H=512, V=32000, OpenBLAS, 2 threads): the fused schedule ran at 0.9-1.1x
+#: the three-GEMM floor with 256 rows per chunk, 6.7x with 64 rows (the
+#: GEMMs' short side is the chunk's rows); 64 rows keeps the peak 24 MiB
+#: lower. ``chunk_size`` overrides it.
+CHUNK_ELEMENTS = 1 << 23
+#: fewest token rows per chunk: below this the GEMMs with the chunk's rows
+#: as their short side stream W from memory for too little work
+MIN_ROWS = 256
 
 
 # --------------------------------------------------------------------------
@@ -320,10 +324,14 @@ class NumpyOps:
             out += bc
 
     def acc_gx(self, dst, g, wc, first):
+        # as dst.T = wc.T @ g.T: OpenBLAS ran g @ wc (a short-and-wide g, inner
+        # dimension V) 16x slower at 64 rows (28 s vs 1.7 s summed over
+        # N = 2048, H = 512, V = 32000; benchmarks/bench_losses.py)
+        prod = np.matmul(wc.T, g.T)
         if first:
-            np.matmul(g, wc, out=dst)
+            dst[...] = prod.T
         else:
-            _gemm_acc(dst, g, wc)
+            dst += prod.T
 
     def acc_gw(self, dst, g, xr, first):
         if first:
