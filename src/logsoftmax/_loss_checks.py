@@ -49,45 +49,35 @@ def check_ignore_index(fn: str, ignore_index) -> int:
     return int(ignore_index)
 
 
-def check_fraction(fn: str, arg: str, value) -> float:
-    """A real number in ``[0, 1]`` (``label_smoothing``)."""
+def _check_real(fn: str, arg: str, value, ok, expected: str) -> float:
+    """A real number (TypeError otherwise) for which ``ok(value)`` holds
+    (ValueError otherwise); ``expected`` describes the valid values."""
     _check_type(
         isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)),
-        lambda: f"{fn}: {arg}={value!r}; expected a float in [0, 1]",
+        lambda: f"{fn}: {arg}={value!r}; expected {expected}",
     )
-    _check_value(
-        0.0 <= float(value) <= 1.0,
-        lambda: f"{fn}: {arg}={value!r} is out of range; expected a float in [0, 1]",
-    )
+    _check_value(ok(float(value)), lambda: f"{fn}: {arg}={value!r} is out of "
+                 f"range; expected {expected}")
     return float(value)
+
+
+def check_fraction(fn: str, arg: str, value) -> float:
+    """A real number in ``[0, 1]`` (``label_smoothing``)."""
+    return _check_real(fn, arg, value, lambda v: 0.0 <= v <= 1.0, "a float in [0, 1]")
 
 
 def check_nonnegative(fn: str, arg: str, value) -> float:
     """A finite real number ``>= 0`` (``z_loss``)."""
-    _check_type(
-        isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)),
-        lambda: f"{fn}: {arg}={value!r}; expected a float >= 0",
-    )
-    _check_value(
-        math.isfinite(float(value)) and float(value) >= 0.0,
-        lambda: f"{fn}: {arg}={value!r}; expected a finite float >= 0",
-    )
-    return float(value)
+    return _check_real(fn, arg, value, lambda v: math.isfinite(v) and v >= 0.0,
+                       "a finite float >= 0")
 
 
 def check_softcap(fn: str, softcap) -> float:
     """``None`` (0.0: no cap) or a finite real number ``> 0``."""
     if softcap is None:
         return 0.0
-    _check_type(
-        isinstance(softcap, numbers.Real) and not isinstance(softcap, (bool, np.bool_)),
-        lambda: f"{fn}: softcap={softcap!r}; expected None or a float > 0",
-    )
-    _check_value(
-        math.isfinite(float(softcap)) and float(softcap) > 0.0,
-        lambda: f"{fn}: softcap={softcap!r}; expected None or a finite float > 0",
-    )
-    return float(softcap)
+    return _check_real(fn, "softcap", softcap, lambda v: math.isfinite(v) and v > 0.0,
+                       "None or a finite float > 0")
 
 
 def check_float_dtype(fn: str, arg: str, dtype) -> np.dtype:

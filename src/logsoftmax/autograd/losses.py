@@ -293,7 +293,12 @@ class CrossEntropy(_ClassLoss):
             lsm.next_functions = self.next_functions[:1]
             lsm.input_meta = self.input_meta[:1]
             y = Tensor._make(self.saved_output, grad_fn=lsm)
-        return CrossEntropyGrad.forward(grad, y, plan=self.plan), None
+        return self.grad_op().forward(grad, y, plan=self.plan), None
+
+    @staticmethod
+    def grad_op() -> type[Function]:
+        """The fused backward op (subclasses with other targets bring theirs)."""
+        return CrossEntropyGrad
 
     def saved_arrays(self) -> list:
         return [] if self.saved_output is None else [self.saved_output]

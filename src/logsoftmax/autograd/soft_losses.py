@@ -33,9 +33,14 @@ from .. import _api, dtypes
 from ..backends import is_dask_array
 from ..schema import AmpPolicy, OpSchema, register
 from . import _array
-from .grad_mode import is_grad_enabled
-from .losses import ClassTargets, _array_of, _class_weights, _check_options
-from .nodes import LogSoftmax, Softmax, SoftmaxGrad, _float_only, _needs, _sum_to
+from .losses import (
+    ClassTargets,
+    CrossEntropy,
+    _array_of,
+    _check_options,
+    _class_weights,
+)
+from .nodes import Softmax, SoftmaxGrad, _needs, _sum_to
 from .tensor import Function, Tensor
 
 __all__ = ["SoftTargets", "SoftCrossEntropy", "SoftCrossEntropyGrad"]
@@ -209,41 +214,21 @@ def _blocks(n):
 
 
 @register(_schema("soft_cross_entropy", AmpPolicy.FORCE_FP32, 2))
-class SoftCrossEntropy(Function):
+class SoftCrossEntropy(CrossEntropy):
     r"""Fused ``-sum_c q logp`` with ``logp = log_softmax(x)`` (module
-    docstring); saves only ``logp`` and the plan."""
+    docstring); as :class:`~.losses.CrossEntropy` (saves only ``logp`` and
+    the plan) with the soft-target plan and backward op."""
 
     display_name = "CrossEntropyBackward"
-    saved_fields = ("saved_output", "plan")
-    saved_output = None
 
     def prepare(self, x, target, *, weight=None, ignore_index=-100,
                 reduction="mean", label_smoothing=0.0):
         self.plan = SoftTargets("cross_entropy", x.shape, x.dtype, target, weight,
                                 ignore_index, reduction, label_smoothing)
 
-    def promote(self, dts):
-        return [_float_only(dts[:1])[0], None]
-
-    def compute(self, x, target):
-        self.dtype = _array.dtype_of(x)
-        self.saved_output = _api.log_softmax(x, self.plan.axis)
-        return self.plan.loss(self.saved_output, self.dtype)
-
-    def backward(self, grad):
-        self._check_alive()
-        y = Tensor._make(self.saved_output)
-        if is_grad_enabled() and self.next_functions:
-            # as CrossEntropy: logp's LogSoftmax node shares this node's edge
-            lsm = LogSoftmax()
-            lsm.axis, lsm.saved_output = self.plan.axis, self.saved_output
-            lsm.next_functions = self.next_functions[:1]
-            lsm.input_meta = self.input_meta[:1]
-            y = Tensor._make(self.saved_output, grad_fn=lsm)
-        return SoftCrossEntropyGrad.forward(grad, y, plan=self.plan), None
-
-    def saved_arrays(self) -> list:
-        return [] if self.saved_output is None else [self.saved_output]
+    @staticmethod
+    def grad_op():
+        return SoftCrossEntropyGrad
 
 
 @register(_schema("soft_cross_entropy_backward", AmpPolicy.KEEP_INPUT, 2))
