@@ -16,7 +16,7 @@ import operator
 import numpy as np
 
 from . import dtypes
-from .backends import Backend, select_backend
+from .backends import Backend, default_cpu, select_backend
 
 __all__ = [
     "log_softmax",
@@ -204,6 +204,81 @@ def _check_out(fn, backend: Backend, out, shape, dtype, inputs, in_place_ok):
 
 
 # --------------------------------------------------------------------------
+# the fast path: numpy arrays of a native dtype, an int axis, a fresh out
+# --------------------------------------------------------------------------
+# The common call -- a numpy array of a supported dtype, an int axis, no
+# ``dtype=``, ``out`` absent or a separate writeable array (or exactly the
+# input) -- passes every check of the general path below by construction,
+# so it is recognised with a few type and attribute tests and handed to the
+# cpu backend directly. Anything else (and every error) takes the general
+# path. Measured: the general path cost ~10 us (allocating) / ~24 us (out=)
+# before the kernel; this one ~0.5 us (docs/performance.md).
+_NATIVE = frozenset(dtypes.SUPPORTED)
+_ndarray = np.ndarray
+
+
+def _apart(a, b) -> bool:
+    """``a`` and ``b`` share no memory: two arrays that own their data are
+    two allocations (two attribute reads); else numpy's bounds test."""
+    return (a.base is None and b.base is None) or not np.may_share_memory(a, b)
+
+
+def _fresh_out(out, x, dt) -> bool:
+    """``out`` is an ndarray of ``x``'s shape and dtype ``dt`` that shares no
+    memory with it (the caller checks that it is writeable)."""
+    return (
+        type(out) is _ndarray
+        and out.dtype == dt
+        and out.shape == x.shape
+        and _apart(out, x)
+    )
+
+
+def _fast_forward(op: str, x, axis, out):
+    """The backend result for the common call, or None (take the general path)."""
+    if type(x) is _ndarray and type(axis) is int:
+        dt = x.dtype
+        if dt in _NATIVE:
+            nd = x.ndim
+            if -nd <= axis < nd:
+                if out is not None and not (
+                    (
+                        out is x
+                        or (
+                            type(out) is _ndarray
+                            and (out.dtype is dt or out.dtype == dt)
+                            and out.shape == x.shape
+                            and _apart(out, x)
+                        )
+                    )
+                    and out.flags.writeable
+                ):
+                    return None
+                cpu = default_cpu()
+                if cpu is not None:
+                    return getattr(cpu, op)(x, axis % nd, out, dt)
+    return None
+
+
+def _fast_backward(op: str, diff_dst, dst, axis, out):
+    if type(diff_dst) is _ndarray and type(dst) is _ndarray and type(axis) is int:
+        dt = diff_dst.dtype
+        if dt in _NATIVE and dst.dtype == dt and dst.shape == diff_dst.shape:
+            nd = diff_dst.ndim
+            if -nd <= axis < nd and (
+                out is None
+                or (
+                    (out is diff_dst or out is dst or (_fresh_out(out, diff_dst, dt) and _apart(out, dst)))
+                    and out.flags.writeable
+                )
+            ):
+                cpu = default_cpu()
+                if cpu is not None:
+                    return getattr(cpu, op)(diff_dst, dst, axis % nd, out, dt)
+    return None
+
+
+# --------------------------------------------------------------------------
 # the public functions
 # --------------------------------------------------------------------------
 def _forward(fn: str, op: str, x, axis, out, dtype):
@@ -283,6 +358,10 @@ def log_softmax(x, axis=-1, *, out=None, dtype=None):
     >>> logsoftmax.log_softmax(np.array([0.0, 0.0], np.float32))
     array([-0.6931472, -0.6931472], dtype=float32)
     """
+    if dtype is None:
+        y = _fast_forward("log_softmax", x, axis, out)
+        if y is not None:
+            return y
     return _forward("log_softmax", "log_softmax", x, axis, out, dtype)
 
 
@@ -297,6 +376,10 @@ def softmax(x, axis=-1, *, out=None, dtype=None):
     >>> logsoftmax.softmax(np.array([0.0, 0.0], np.float32))
     array([0.5, 0.5], dtype=float32)
     """
+    if dtype is None:
+        y = _fast_forward("softmax", x, axis, out)
+        if y is not None:
+            return y
     return _forward("softmax", "softmax", x, axis, out, dtype)
 
 
@@ -331,6 +414,10 @@ def log_softmax_backward(diff_dst, dst, axis=-1, *, out=None, dtype=None):
     >>> logsoftmax.log_softmax_backward(np.array([1.0, 0.0], np.float32), y)
     array([ 0.5, -0.5], dtype=float32)
     """
+    if dtype is None:
+        g = _fast_backward("log_softmax_backward", diff_dst, dst, axis, out)
+        if g is not None:
+            return g
     return _backward(
         "log_softmax_backward", "log_softmax_backward", diff_dst, dst, axis, out, dtype
     )
@@ -345,6 +432,10 @@ def softmax_backward(diff_dst, dst, axis=-1, *, out=None, dtype=None):
     Same arguments, errors and in-place rules as :func:`log_softmax_backward`,
     with ``dst = softmax(x)``.
     """
+    if dtype is None:
+        g = _fast_backward("softmax_backward", diff_dst, dst, axis, out)
+        if g is not None:
+            return g
     return _backward(
         "softmax_backward", "softmax_backward", diff_dst, dst, axis, out, dtype
     )

@@ -43,6 +43,7 @@ __all__ = [
     "set_backend",
     "use_backend",
     "select_backend",
+    "default_cpu",
     "is_dask_array",
     "is_cuda_array",
     "is_torch_tensor",
@@ -77,7 +78,7 @@ class InPlace(enum.IntEnum):
 class Backend:
     """The interface every backend implements (the seed's ``IBackend``).
 
-    Array-type hooks (``accepts``, ``asarray``, ``dtype_of``, ``astype``)
+    Array-type hooks (``asarray``, ``dtype_of``, ``astype``)
     have numpy defaults; the five ops must be implemented.
 
     Op arguments:
@@ -103,10 +104,6 @@ class Backend:
         return True
 
     # -- array-type hooks -------------------------------------------------
-    def accepts(self, x) -> bool:
-        """Whether dispatch by array type picks this backend for ``x``."""
-        return False
-
     def asarray(self, x):
         """Convert an array-like into this backend's array type."""
         return np.asarray(x)
@@ -275,8 +272,19 @@ def numpy_dtype(tdtype) -> np.dtype:
         ) from None
 
 
+def default_cpu():
+    """The ``"cpu"`` backend when no backend is forced, else None: the front
+    door's fast path for numpy arrays (two variable reads once the backend
+    exists)."""
+    if _forced_local.get() is None and _forced_global is None:
+        inst = _INSTANCES.get("cpu")
+        return inst if inst is not None else get_backend("cpu")
+    return None
+
+
 def select_backend(x) -> Backend:
-    """The backend that runs ``x``: forced, else by array type."""
+    """The backend that runs ``x``: forced, else by array type (dispatch is
+    by these two tests, in this order; no backend is asked)."""
     name = _forced_local.get() or _forced_global
     if name is None:
         if is_dask_array(x):

@@ -340,11 +340,6 @@ class DaskBackend(Backend):
         )
 
     # -- array-type hooks -------------------------------------------------
-    def accepts(self, x) -> bool:
-        import dask.array as da
-
-        return isinstance(x, da.Array)
-
     def asarray(self, x):
         import dask.array as da
 

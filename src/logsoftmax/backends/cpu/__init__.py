@@ -1,24 +1,40 @@
 """The fused CPU backend (numba): the default for numpy arrays.
 
-One pass computes each row's running max and sum of exponentials together
-(online softmax at 4096-element chunk granularity), a second pass writes the
-result; the backward sums ``diff_dst`` in one pass and writes in another.
-Kernels vectorise (AVX-512 on this machine) through a hand-written float32
-``exp`` and ``llvm.maxnum``; bf16/f16 are widened to float32 in registers and
-rounded once on store; rows run in parallel (``numba.prange``) and long rows
-are split into chunks across threads. Results are bit-identical for any
-thread count, any output strides, in place or not. See
-:mod:`.kernels` (algorithm, accuracy), :mod:`.layout` (how strides map to
-``(outer, n, inner)``), :mod:`._simd` (exp, loads/stores) and
-:mod:`.alloc` (the allocating path).
+One pass computes each row's max and sum of exponentials (online softmax at
+4096-element chunk granularity), a second pass writes the result; the
+backward sums ``diff_dst`` in one pass and writes in another. The arithmetic
+is defined once, per row, in :mod:`.segment`; the kernels that follow it:
 
-Problems under ``SERIAL_MAX`` elements (or with one numba thread) run serial
-copies of the kernels (same bits): waking the thread pool costs more than
-the work there, and under load it waited 5-8 ms for the second core.
+==================  =====================================================
+:mod:`.rows`        the axis is a row (``inner == 1``); short rows in
+                    batches of 16, long rows one at a time
+:mod:`.columns`     the axis is strided and an inner axis is not (NCHW
+                    ``axis=1``): vectors across 64-column tiles
+:mod:`.split`       few long rows: chunks spread over threads; the per-block
+                    statistics the dask backend merges
+:mod:`.float64`     float64 inputs (and results): double-double sums and logs
+==================  =====================================================
+
+They are written with explicit vectors (:mod:`._vec`: 16 float32 lanes, one
+``zmm`` on AVX-512, two ``ymm`` on AVX2), an ``exp`` and ``log`` of their
+own (:mod:`._math`), and masked loads and stores for the last partial
+vector of a row. Results are bit-identical for any thread count, any input
+or output strides, in place or not, and between AVX2 and AVX-512 machines.
+
+A call maps its arrays' shapes and strides to the kernels' view once
+(:mod:`.layout`) and caches that *plan* under the call's signature (op,
+shape, strides, dtypes, axis, ``out``'s strides), so a repeated call costs a
+dict lookup, the flat views of its arrays and the kernel call (fixed cost
+measured in docs/performance.md).
+
+Problems under ``SERIAL_MAX`` elements (or with one numba thread) run the
+serial forms of the kernels (same bits): waking numba's thread pool costs more
+than the work there, and under load it waited 5-8 ms for the second core.
 
 Importing this package defines the jitted functions but compiles nothing;
-each kernel compiles on first use per (input, output) dtype pair and is
-cached on disk (``cache=True``).
+each kernel compiles on first use per (input, output) storage type and is
+cached on disk (``cache=True``; numba keys the cache by CPU, so machine code
+compiled for one CPU is never loaded on another).
 """
 
 from __future__ import annotations
@@ -27,21 +43,33 @@ import importlib.util
 
 import numpy as np
 
-from .. import Backend
+from ... import dtypes
+from .. import Backend, InPlace, Op
 from . import alloc
-from .layout import plan, storage_dtype, strides_ok
+from .layout import layout, storage_dtype, strides_ok
 
-__all__ = ["CpuBackend"]
+__all__ = ["CpuBackend", "SERIAL_MAX"]
 
-_FWD_OPS = {"log_softmax": 0, "softmax": 1}
-_BWD_OPS = {"log_softmax_backward": 0, "softmax_backward": 1}
+#: problems with fewer elements than this run the serial kernels (same bits).
+#: Measured (f32 log_softmax, out=, 2 threads, medians): the parallel kernel
+#: breaks even at ~2**14 elements and wins 1.5-1.9x at 2**16; but with
+#: another process busy, every parallel call that had to wait for the second
+#: core took 5-8 ms (one scheduler slice). Below 2**16 the serial kernel
+#: loses at most ~0.1 ms and never stalls.
+SERIAL_MAX = 1 << 16
+
+_F64 = dtypes.float64
+_F32 = dtypes.float32
+_LSM = int(Op.LOG_SOFTMAX)
+_SM = int(Op.SOFTMAX)
 
 
-def _kernels():
-    # deferred so that `import logsoftmax.backends.cpu` stays cheap
-    from . import kernels
+def _k():
+    """The kernel modules (deferred: ``import logsoftmax.backends.cpu`` stays
+    cheap and imports no numba)."""
+    from . import columns, float64, rows, segment, split
 
-    return kernels
+    return rows, columns, split, float64, segment
 
 
 def _threads() -> int:
@@ -50,37 +78,8 @@ def _threads() -> int:
     return numba.get_num_threads()
 
 
-#: problems with fewer elements than this run the serial kernels (same bits).
-#: Measured (f32 log_softmax, out=, 2 threads, medians): the parallel kernel
-#: breaks even at ~2**14 elements (n = 1000 rows: 31 vs 30 us serial vs
-#: parallel) and wins 1.5-1.9x at 2**16 (66 vs 46 us; n = 64: 193 vs 100 us);
-#: but with another process busy, every parallel call that had to wait for
-#: the second core took 5-8 ms (one scheduler slice) at any size from 2**10
-#: up. Below 2**16 the serial kernel loses at most ~0.1 ms and never stalls.
-SERIAL_MAX = 1 << 16
-
-
 def _serial(size: int) -> bool:
-    """Run the serial kernel variant: small problems (waking numba's pool
-    costs more than the work, and spin-waits against OpenBLAS/torch pools
-    under load) or a single thread."""
     return size < SERIAL_MAX or _threads() == 1
-
-
-def _split(rows: int, n: int) -> bool:
-    """Spread a row's chunks over threads: few rows, each longer than two
-    chunks. Only speed depends on this choice (the arithmetic is the same)."""
-    return n > 2 * _kernels().CHUNK and rows < 2 * _threads()
-
-
-def _tile(n: int, ni: int) -> int:
-    """Inner tile width J (a speed choice only). Wide tiles win: each tile row
-    is J contiguous elements read from a different page, and at J = 16 the
-    kernel ran at 4.5 ns/element vs 0.8-1.0 at J = 512-1024 (n = 64..1000,
-    one thread). The tile's terms (min(n, CHUNK) x J) stay <= 1 MiB (L2)."""
-    rows = min(n, _kernels().CHUNK)
-    j = max(16, min(1024, (262144 // rows) // 16 * 16))
-    return min(j, ni)
 
 
 def _usable(a: np.ndarray) -> np.ndarray:
@@ -89,31 +88,61 @@ def _usable(a: np.ndarray) -> np.ndarray:
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    """Exactly the same memory, strides and dtype (the API's "in place")."""
+    """Exactly the same memory, strides and dtype (the API's "in place");
+    the address is only read when the two may share memory at all."""
     return a is b or (
         a.dtype == b.dtype
         and a.strides == b.strides
+        and np.may_share_memory(a, b)
         and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
     )
 
 
-def _round_from_f64(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Round float64 ``v`` once to ``dtype`` (float32 round-to-odd first for
-    bf16/f16, so the two steps make one correct rounding)."""
-    if dtype == np.float64:
-        return v.copy()
-    f = v.astype(np.float32)
-    if dtype == np.float32:
-        return f
-    with np.errstate(invalid="ignore", over="ignore"):
-        inexact = (f.astype(np.float64) != v) & np.isfinite(f)
-        bits = f.view(np.int32)
-        away = np.abs(f.astype(np.float64)) > np.abs(v)
-        bits = np.where(inexact, (bits - away.astype(np.int32)) | 1, bits)
-        over = np.isinf(f) & np.isfinite(v)
-        flt_max = np.copysign(np.float32(3.4028235e38), v)
-        f = np.where(over, flt_max, bits.view(np.float32))
-    return f.astype(dtype)
+def _flat(a, st):
+    """Flat storage view of a C-contiguous array (``st``: its storage dtype)."""
+    f = a.reshape(-1)
+    return f if st is None else f.view(st)
+
+
+def _small_call(run, mod, name, size, shape, in_dt, dtype, g, args):
+    """``run`` for big calls; small ones (under ``SERIAL_MAX``) call the
+    serial kernel ``mod.name`` directly on flat views (looked up per call:
+    tests swap kernels and ``SERIAL_MAX`` at run time)."""
+    sx = None if storage_dtype(in_dt) == in_dt else storage_dtype(in_dt)
+    so = None if storage_dtype(dtype) == dtype else storage_dtype(dtype)
+
+    def small(x, out):
+        if size >= SERIAL_MAX:
+            return run(x, out)
+        res = np.empty(shape, dtype) if out is None else out
+        getattr(mod, name)(_flat(x, sx), _flat(res, so), g, *args)
+        return res
+
+    return small
+
+
+def _small_call2(run, mod, name, size, shape, in_dt, dtype, g, args):
+    """:func:`_small_call` for the backward (two inputs)."""
+    sx = None if storage_dtype(in_dt) == in_dt else storage_dtype(in_dt)
+    so = None if storage_dtype(dtype) == dtype else storage_dtype(dtype)
+
+    def small(d, y, out):
+        if size >= SERIAL_MAX:
+            return run(d, y, out)
+        res = np.empty(shape, dtype) if out is None else out
+        getattr(mod, name)(_flat(d, sx), _flat(y, sx), _flat(res, so), g, *args)
+        return res
+
+    return small
+
+
+class _Plan:
+    """A cached call plan: which kernel runs, on which view (see module doc)."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run):
+        self.run = run
 
 
 class CpuBackend(Backend):
@@ -121,87 +150,276 @@ class CpuBackend(Backend):
 
     name = "cpu"
 
+    def __init__(self):
+        self._plans: dict = {}
+
     @classmethod
     def available(cls) -> bool:
         return importlib.util.find_spec("numba") is not None
 
-    def accepts(self, x) -> bool:
-        return isinstance(x, np.ndarray)
-
-    # -- forward --------------------------------------------------------------
-    def _forward(self, x, axis, out, dtype, op):
-        x = np.asarray(x)
-        result = alloc.empty_like(x, dtype) if out is None else out
-        if x.size == 0:
-            return result
-        target = result if strides_ok(result) else alloc.empty_like(x, dtype)
-        x = _usable(x)
-        k = _kernels()
-        p = plan([x, target], axis)
-        n1, n2, n, ni = p.dims
-        ser = _serial(x.size)
-        for xg, og in p.offsets():
-            xb, ob = p.bufs
-            if p.inner:
-                f = k.fwd_inner_serial if ser else k.fwd_inner
-                f(xb, xg, ob, og, n1, n2, n, ni, op, _tile(n, ni))
-            elif not ser and _split(n1 * n2, n):
-                k.fwd_rows_split(xb, xg, ob, og, n1, n2, n, op)
-            else:
-                f = k.fwd_rows_serial if ser else k.fwd_rows
-                f(xb, xg, ob, og, n1, n2, n, op, int(_same(x, target)))
-        if target is not result:
-            result[...] = target
-        return result
-
+    # -- the ops --------------------------------------------------------------
     def log_softmax(self, x, axis, out, dtype):
-        return self._forward(x, axis, out, np.dtype(dtype), 0)
+        return self._forward(_LSM, x, axis, out, dtype)
 
     def softmax(self, x, axis, out, dtype):
-        return self._forward(x, axis, out, np.dtype(dtype), 1)
-
-    # -- backward -------------------------------------------------------------
-    def _backward(self, diff_dst, dst, axis, out, dtype, op):
-        diff_dst, dst = np.asarray(diff_dst), np.asarray(dst)
-        result = alloc.empty_like(diff_dst, dtype) if out is None else out
-        if diff_dst.size == 0:
-            return result
-        target = result if strides_ok(result) else alloc.empty_like(diff_dst, dtype)
-        diff_dst, dst = _usable(diff_dst), _usable(dst)
-        k = _kernels()
-        p = plan([diff_dst, dst, target], axis)
-        n1, n2, n, ni = p.dims
-        db, yb, ob = p.bufs
-        ser = _serial(diff_dst.size)
-        for dg, yg, og in p.offsets():
-            if p.inner:
-                f = k.bwd_inner_serial if ser else k.bwd_inner
-                f(db, dg, yb, yg, ob, og, n1, n2, n, ni, op, _tile(n, ni))
-            elif not ser and _split(n1 * n2, n):
-                k.bwd_rows_split(db, dg, yb, yg, ob, og, n1, n2, n, op)
-            else:
-                ip = 1 if _same(diff_dst, target) else 2 if _same(dst, target) else 0
-                f = k.bwd_rows_serial if ser else k.bwd_rows
-                f(db, dg, yb, yg, ob, og, n1, n2, n, op, ip)
-        if target is not result:
-            result[...] = target
-        return result
+        return self._forward(_SM, x, axis, out, dtype)
 
     def log_softmax_backward(self, diff_dst, dst, axis, out, dtype):
-        return self._backward(diff_dst, dst, axis, out, np.dtype(dtype), 0)
+        return self._backward(_LSM, diff_dst, dst, axis, out, dtype)
 
     def softmax_backward(self, diff_dst, dst, axis, out, dtype):
-        return self._backward(diff_dst, dst, axis, out, np.dtype(dtype), 1)
+        return self._backward(_SM, diff_dst, dst, axis, out, dtype)
+
+    # -- forward ----------------------------------------------------------------
+    def _forward(self, op, x, axis, out, dtype):
+        # in place or not is the same plan (the kernels read every vector
+        # before writing it); only the float64 kernels ask, per call
+        if out is None:
+            key = (op, x.shape, x.strides, x.dtype, dtype, axis)
+        else:
+            key = (op, x.shape, x.strides, x.dtype, dtype, axis, out.strides)
+        p = self._plans.get(key)
+        if p is None:
+            p = self._plans[key] = _Plan(self._plan_forward(op, x, axis, out, np.dtype(dtype)))
+        return p.run(x, out)
+
+    def _plan_forward(self, op, x, axis, out, dtype):
+        """The function that runs this call signature (module doc)."""
+        if x.size == 0:
+            return lambda x, out: alloc.empty_like(x, dtype) if out is None else out
+        if x.dtype == _F64 or dtype == _F64:
+            return self._float64_forward(op, axis, dtype)
+        if not strides_ok(x) or (out is not None and not strides_ok(out)):
+            return self._via_copies(self._forward, op, axis, dtype)
+        rows, columns, split, _, segment = _k()
+        ostrides = (out if out is not None else alloc.empty_like(x, dtype)).strides
+        lay = layout(x.shape, [x.strides, ostrides], [x.itemsize, dtype.itemsize], axis)
+        n1, n2, n, ni = lay.dims
+        accurate = dtype == _F32 and n <= segment.SHORT
+        size = x.size
+
+        if lay.inner:
+            tiles = n1 * n2 * -(-ni // columns.TILE)
+
+            def kernel(xb, ob, g):
+                if _serial(size):
+                    columns.forward_tiles(xb, ob, g, op, accurate, 0, tiles)
+                else:
+                    nt = min(tiles, _threads())
+                    columns.forward_parallel(xb, ob, g, op, accurate, nt)
+
+        else:
+            nrows = n1 * n2
+            short = lay.unit_rows and n <= segment.CHUNK
+            splittable = lay.unit_rows and n > 2 * segment.CHUNK
+            nch = -(-n // segment.CHUNK)
+
+            def kernel(xb, ob, g):
+                if _serial(size):
+                    f = rows.forward_short if short else rows.forward_range
+                    f(xb, ob, g, op, accurate, 0, nrows)
+                elif splittable and nrows < 2 * _threads():
+                    pm = np.empty((nrows, nch), np.float64)
+                    ps = np.empty((nrows, nch), np.float64)
+                    split.forward_stats(xb, g, accurate, pm, ps)
+                    m, lg, inv = np.empty(nrows), np.empty(nrows), np.empty(nrows)
+                    split.merge_rows(pm, ps, m, lg, inv)
+                    split.forward_apply(xb, ob, g, op, accurate, nch, m, lg, inv)
+                else:
+                    f = rows.forward_short_parallel if short else rows.forward_parallel
+                    f(xb, ob, g, op, accurate, min(nrows, _threads()))
+
+        loops = bool(lay.loops)
+        g0 = lay.g
+
+        def run(x, out):
+            res = alloc.empty_like(x, dtype) if out is None else out
+            xb, ob = lay.buffers([x, res])
+            if loops:
+                for g in lay.geometries():
+                    kernel(xb, ob, g)
+            else:
+                kernel(xb, ob, g0)
+            return res
+
+        if loops or not all(lay.contiguous):
+            return run
+        # Small contiguous calls skip the general machinery: an allocation,
+        # two reshapes and the serial kernel (the fixed cost of a small call,
+        # docs/performance.md). Big ones are unaffected (`run`).
+        if lay.inner:
+            mod, name, count = columns, "forward_tiles", n1 * n2 * -(-ni // columns.TILE)
+        else:
+            mod, name, count = rows, "forward_short" if short else "forward_range", n1 * n2
+        return _small_call(run, mod, name, size, x.shape, x.dtype, dtype, g0, (op, accurate, 0, count))
+
+    # -- backward ---------------------------------------------------------------
+    def _backward(self, op, diff_dst, dst, axis, out, dtype):
+        key = (op, diff_dst.shape, diff_dst.strides, dst.strides, diff_dst.dtype, dtype, axis)
+        if out is not None:
+            key += (out.strides,)
+        p = self._plans.get(key)
+        if p is None:
+            p = self._plans[key] = _Plan(
+                self._plan_backward(op, diff_dst, dst, axis, out, np.dtype(dtype))
+            )
+        return p.run(diff_dst, dst, out)
+
+    def _plan_backward(self, op, diff_dst, dst, axis, out, dtype):
+        if diff_dst.size == 0:
+            return lambda d, y, out: alloc.empty_like(d, dtype) if out is None else out
+        if diff_dst.dtype == _F64 or dtype == _F64:
+            return self._float64_backward(op, axis, dtype)
+        if not (strides_ok(diff_dst) and strides_ok(dst)) or (
+            out is not None and not strides_ok(out)
+        ):
+            return self._via_copies_bwd(op, axis, dtype)
+        rows, columns, split, _, segment = _k()
+        ostrides = (out if out is not None else alloc.empty_like(diff_dst, dtype)).strides
+        lay = layout(
+            diff_dst.shape,
+            [diff_dst.strides, dst.strides, ostrides],
+            [diff_dst.itemsize, dst.itemsize, dtype.itemsize],
+            axis,
+        )
+        n1, n2, n, ni = lay.dims
+        accurate = dtype == _F32 and n <= segment.SHORT
+        size = diff_dst.size
+
+        if lay.inner:
+            tiles = n1 * n2 * -(-ni // columns.TILE)
+
+            def kernel(db, yb, ob, g):
+                if _serial(size):
+                    columns.backward_tiles(db, yb, ob, g, op, accurate, 0, tiles)
+                else:
+                    nt = min(tiles, _threads())
+                    columns.backward_parallel(db, yb, ob, g, op, accurate, nt)
+
+        else:
+            nrows = n1 * n2
+            short = lay.unit_rows and n <= segment.CHUNK
+            splittable = lay.unit_rows and n > 2 * segment.CHUNK
+            nch = -(-n // segment.CHUNK)
+
+            def kernel(db, yb, ob, g):
+                if _serial(size):
+                    f = rows.backward_short if short else rows.backward_range
+                    f(db, yb, ob, g, op, accurate, 0, nrows)
+                elif splittable and nrows < 2 * _threads():
+                    ps = np.empty((nrows, nch), np.float64)
+                    split.backward_sums(db, yb, g, op, ps)
+                    s = np.empty(nrows)
+                    for r in range(nrows):  # chunk sums in order, as rows.row_grad_sum
+                        acc = 0.0
+                        for c in range(nch):
+                            acc += ps[r, c]
+                        s[r] = acc
+                    split.backward_apply(db, yb, ob, g, op, accurate, nch, s)
+                else:
+                    f = rows.backward_short_parallel if short else rows.backward_parallel
+                    f(db, yb, ob, g, op, accurate, min(nrows, _threads()))
+
+        loops = bool(lay.loops)
+        g0 = lay.g
+
+        def run(diff_dst, dst, out):
+            res = alloc.empty_like(diff_dst, dtype) if out is None else out
+            db, yb, ob = lay.buffers([diff_dst, dst, res])
+            if loops:
+                for g in lay.geometries():
+                    kernel(db, yb, ob, g)
+            else:
+                kernel(db, yb, ob, g0)
+            return res
+
+        if loops or not all(lay.contiguous):
+            return run
+        if lay.inner:
+            mod, name, count = columns, "backward_tiles", n1 * n2 * -(-ni // columns.TILE)
+        else:
+            mod, name, count = rows, "backward_short" if short else "backward_range", n1 * n2
+        return _small_call2(run, mod, name, size, diff_dst.shape, diff_dst.dtype, dtype, g0,
+                            (op, accurate, 0, count))
+
+    # -- unusual layouts and float64 -------------------------------------------
+    @staticmethod
+    def _via_copies(fn, op, axis, dtype):
+        """Byte strides that are not whole elements (views into structured
+        arrays): run on a compact copy, write back through the view."""
+
+        def run(x, out):
+            res = fn(op, np.ascontiguousarray(x), axis, None, dtype)
+            if out is None:
+                return res
+            out[...] = res
+            return out
+
+        return run
+
+    def _via_copies_bwd(self, op, axis, dtype):
+        def run(d, y, out):
+            res = self._backward(
+                op, np.ascontiguousarray(d), np.ascontiguousarray(y), axis, None, dtype
+            )
+            if out is None:
+                return res
+            out[...] = res
+            return out
+
+        return run
+
+    @staticmethod
+    def _float64_forward(op, axis, dtype):
+        """float64 input or result: :mod:`.float64`'s double-double kernels.
+        They compute in the wider of the input and the result: a float32
+        input with ``dtype=float64`` is widened first (a float64 copy of the
+        input), so the result depends on the values, not on how they were
+        stored (PyTorch computes in float64 there too)."""
+        f64 = _k()[3]
+
+        def run(x, out):
+            res = alloc.empty_like(x, dtype) if out is None else out
+            src = x if x.dtype == _F64 else x.astype(_F64)
+            target = res if strides_ok(res) else alloc.empty_like(src, res.dtype)
+            ip = out is not None and src is x and _same(out, x)
+            _f64_forward(f64, _usable(src), target, axis, op, ip)
+            if target is not res:
+                res[...] = target
+            return res
+
+        return run
+
+    @staticmethod
+    def _float64_backward(op, axis, dtype):
+        f64 = _k()[3]
+
+        def run(diff_dst, dst, out):
+            res = alloc.empty_like(diff_dst, dtype) if out is None else out
+            d = diff_dst if diff_dst.dtype == _F64 else diff_dst.astype(_F64)
+            y = dst if dst.dtype == _F64 else dst.astype(_F64)
+            target = res if strides_ok(res) else alloc.empty_like(d, res.dtype)
+            ip = InPlace.NONE
+            if out is not None and d is diff_dst and _same(out, diff_dst):
+                ip = InPlace.DIFF_DST
+            elif out is not None and y is dst and _same(out, dst):
+                ip = InPlace.DST
+            _f64_backward(f64, _usable(d), _usable(y), target, axis, op, int(ip))
+            if target is not res:
+                res[...] = target
+            return res
+
+        return run
 
     # -- logsumexp ------------------------------------------------------------
     def logsumexp(self, x, axes, keepdims):
         """Reduce over sorted ``axes``. Several axes run as one merged axis when
         their strides allow it (in logical order, e.g. any trailing block of a
         contiguous array); otherwise they are first copied together (documented
-        in docs/performance.md). Returns ``x.dtype``."""
+        in docs/performance.md). Returns ``x.dtype``, rounded once from a
+        float64 (float32-compute inputs) or double-double (float64) value."""
         x = np.asarray(x)
         axes = tuple(axes)
-        nd = x.ndim
         keep_shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
         if not axes:
             return x.copy()
@@ -215,25 +433,33 @@ class CpuBackend(Backend):
             rv = np.lib.stride_tricks.as_strided(
                 res, xv.shape, [0 if i == ax else s for i, s in enumerate(res.strides)]
             )
-            k = _kernels()
-            p = plan([xv, rv], ax)
-            n1, n2, n, ni = p.dims
-            xb, rb = p.bufs
-            ser = _serial(xv.size)
-            for xg, rg in p.offsets():
-                if p.inner:
-                    f = k.lse_inner_serial if ser else k.lse_inner
-                    f(xb, xg, rb, rg, n1, n2, n, ni, _tile(n, ni))
-                elif not ser and _split(n1 * n2, n):
-                    k.lse_rows_split(xb, xg, rb, rg, n1, n2, n)
-                else:
-                    f = k.lse_rows_serial if ser else k.lse_rows
-                    f(xb, xg, rb, rg, n1, n2, n)
+            self._lse_kernel(xv, rv, ax)
             res = res.reshape(keep_shape)
-        r = _round_from_f64(res, x.dtype)
+        r = dtypes.round_to(res, x.dtype)
         if not keepdims:
             r = r.reshape([s for i, s in enumerate(x.shape) if i not in axes])
         return r
+
+    @staticmethod
+    def _lse_kernel(xv, rv, ax):
+        rows, columns, _, f64, _ = _k()
+        lay = layout(xv.shape, [xv.strides, rv.strides], [xv.itemsize, 8], ax)
+        xb, rb = lay.buffers([xv, rv])
+        n1, n2, n, ni = lay.dims
+        ser = _serial(xv.size)
+        for g in lay.geometries():
+            if xv.dtype == _F64:
+                _f64_lse(f64, xb, rb, g, lay, ser)
+            elif lay.inner:
+                tiles = n1 * n2 * -(-ni // columns.TILE)
+                if ser:
+                    columns.logsumexp_tiles(xb, rb, g, 0, tiles)
+                else:
+                    columns.logsumexp_parallel(xb, rb, g, min(tiles, _threads()))
+            elif ser:
+                rows.logsumexp_range(xb, rb, g, 0, n1 * n2)
+            else:
+                rows.logsumexp_parallel(xb, rb, g, min(n1 * n2, _threads()))
 
     @staticmethod
     def _reduction_view(x: np.ndarray, axes: tuple[int, ...]):
@@ -254,3 +480,69 @@ class CpuBackend(Backend):
             return np.lib.stride_tricks.as_strided(x, shape, strides), len(keep)
         moved = np.moveaxis(x, axes, range(x.ndim - len(axes), x.ndim))
         return np.ascontiguousarray(moved).reshape(shape), len(keep)
+
+
+# ---------------------------------------------------------------------------
+# float64: the double-double kernels of .float64 (old geometry: one
+# [off, s1, s2, sn, si] array per operand)
+# ---------------------------------------------------------------------------
+def _ops_geom(g, op):
+    return g[4 + 5 * op : 9 + 5 * op]
+
+
+def _f64_tile(f64, n: int, ni: int) -> int:
+    """Inner tile width of the float64 column kernels (a speed choice only)."""
+    r = min(n, f64.CHUNK)
+    j = max(16, min(1024, (262144 // r) // 16 * 16))
+    return min(j, ni)
+
+
+def _f64_split(f64, rows: int, n: int) -> bool:
+    return n > 2 * f64.CHUNK and rows < 2 * _threads()
+
+
+def _f64_forward(f64, x, target, axis, op, ip):
+    lay = layout(x.shape, [x.strides, target.strides], [8, target.itemsize], axis)
+    xb, ob = lay.buffers([x, target])
+    n1, n2, n, ni = lay.dims
+    ser = _serial(x.size)
+    for g in lay.geometries():
+        xg, og = _ops_geom(g, 0), _ops_geom(g, 1)
+        if lay.inner:
+            f = f64.fwd_inner_serial if ser else f64.fwd_inner
+            f(xb, xg, ob, og, n1, n2, n, ni, op, _f64_tile(f64, n, ni))
+        elif not ser and _f64_split(f64, n1 * n2, n):
+            f64.fwd_rows_split(xb, xg, ob, og, n1, n2, n, op)
+        else:
+            f = f64.fwd_rows_serial if ser else f64.fwd_rows
+            f(xb, xg, ob, og, n1, n2, n, op, int(ip))
+
+
+def _f64_backward(f64, d, y, target, axis, op, ip):
+    lay = layout(d.shape, [d.strides, y.strides, target.strides], [8, 8, target.itemsize], axis)
+    db, yb, ob = lay.buffers([d, y, target])
+    n1, n2, n, ni = lay.dims
+    ser = _serial(d.size)
+    for g in lay.geometries():
+        dg, yg, og = _ops_geom(g, 0), _ops_geom(g, 1), _ops_geom(g, 2)
+        if lay.inner:
+            f = f64.bwd_inner_serial if ser else f64.bwd_inner
+            f(db, dg, yb, yg, ob, og, n1, n2, n, ni, op, _f64_tile(f64, n, ni))
+        elif not ser and _f64_split(f64, n1 * n2, n):
+            f64.bwd_rows_split(db, dg, yb, yg, ob, og, n1, n2, n, op)
+        else:
+            f = f64.bwd_rows_serial if ser else f64.bwd_rows
+            f(db, dg, yb, yg, ob, og, n1, n2, n, op, ip)
+
+
+def _f64_lse(f64, xb, rb, g, lay, ser):
+    n1, n2, n, ni = lay.dims
+    xg, rg = _ops_geom(g, 0), _ops_geom(g, 1)
+    if lay.inner:
+        f = f64.lse_inner_serial if ser else f64.lse_inner
+        f(xb, xg, rb, rg, n1, n2, n, ni, _f64_tile(f64, n, ni))
+    elif not ser and _f64_split(f64, n1 * n2, n):
+        f64.lse_rows_split(xb, xg, rb, rg, n1, n2, n)
+    else:
+        f = f64.lse_rows_serial if ser else f64.lse_rows
+        f(xb, xg, rb, rg, n1, n2, n)

@@ -41,6 +41,7 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic, overload
 
 __all__ = [
+    "wide_vectors",
     "maxnum",
     "view",
     "elem_ptr",
@@ -86,6 +87,31 @@ def maxnum(typingctx, a, b):
             "llvm.maxnum", [ft], ir.FunctionType(ft, [ft, ft])
         )
         return builder.call(fn, args)
+
+    return sig, codegen
+
+
+@intrinsic
+def wide_vectors(typingctx):
+    """Mark the calling function ``"prefer-vector-width"="512"``.
+
+    LLVM's tuning for Intel server cores (``skylake-avx512`` ... ``emeraldrapids``)
+    prefers 256-bit vectors even where AVX-512 exists, so numba's loops there
+    compiled to ``ymm`` (``_seg_max``: 164 ymm / 0 zmm instructions). The
+    attribute lifts that preference for this function only; on AVX2-only CPUs
+    it changes nothing (the widest legal vector is 256 bits) and on Zen 4 it
+    is already the default. Call it first thing in every ``@njit`` function
+    that holds a hot loop: each numba function is optimised (and vectorised)
+    in its own LLVM module before it is inlined into its callers, so the
+    attribute of the caller does not reach a callee's loops.
+    """
+    sig = types.none()
+
+    def codegen(context, builder, signature, args):
+        # llvmlite's AttributeSet only admits enum attributes by name; a
+        # string attribute is written verbatim into the function's group
+        set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+        return context.get_dummy_value()
 
     return sig, codegen
 

@@ -271,9 +271,6 @@ class CudaBackend(Backend):
         return _interpret_requested() or _driver_present()
 
     # -- array-type hooks -------------------------------------------------
-    def accepts(self, x) -> bool:
-        return (is_torch_tensor(x) and x.device.type == "cuda") or _is_foreign_cuda(x)
-
     def asarray(self, x):
         if isinstance(x, np.ndarray) or is_torch_tensor(x) or _is_foreign_cuda(x):
             return x

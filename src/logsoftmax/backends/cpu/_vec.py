@@ -1,0 +1,693 @@
+"""Explicit SIMD vectors for numba: a ``Vec`` type that *is* an LLVM vector.
+
+The autovectoriser decides a loop's vector width per CPU (on Intel server
+cores LLVM prefers 256 bits: the first version's hot loops ran in ``ymm``
+there), cannot vectorise a float reduction without reassociating it, and
+leaves every remainder to a scalar loop. The CPU kernels therefore spell
+their vectors out: a :class:`Vec` value is an LLVM ``<16 x float>`` (or
+``<8 x double>``, ``<16 x i32>``, ...) held in registers, and the functions
+here are single LLVM instructions or short fixed sequences on it. LLVM maps a
+16-lane float vector to one ``zmm`` register on AVX-512 (with
+:func:`logsoftmax.backends.cpu._simd.wide_vectors` in the function) and to
+two ``ymm`` registers on AVX2: the *arithmetic* is the same on both, lane by
+lane, so results are bit-identical across those CPUs.
+
+Everything that takes a vector also takes a scalar of the element type (the
+IR instructions are the same), so one function -- the ``exp`` of
+:mod:`.expf`, say -- serves vector loops and scalar remainders alike.
+
+Loads and stores convert at the edge (bfloat16 and float16 storage are
+``uint16`` / ``int16`` buffers, see :mod:`._simd`): ``vload`` of any
+16-bit or float32 buffer gives ``<16 x float>``; ``vstore`` rounds once to
+the buffer's type (bfloat16: round to nearest even on the bits, NaN kept
+quiet; float16: ``fptrunc``, ``vcvtps2ph``). ``*_part`` variants are masked
+(``llvm.masked.load``/``store``): lanes at or past ``count`` are neither
+read nor written, so a row's last partial vector never touches memory past
+the row.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from llvmlite import ir
+from numba.core import types
+from numba.core.errors import TypingError
+from numba.extending import intrinsic, models, overload, register_model
+
+__all__ = [
+    "W",
+    "Vec",
+    "vload",
+    "vload_part",
+    "vstore",
+    "vstore_part",
+    "splat",
+    "vfma",
+    "vmax",
+    "where",
+    "as_int",
+    "as_float",
+    "reduce_add",
+    "reduce_max",
+    "lo_f64",
+    "hi_f64",
+    "join_f32",
+    "lane",
+]
+
+#: float32 lanes per vector (one zmm; two ymm on AVX2)
+W = 16
+
+
+class Vec(types.Type):
+    """An LLVM vector of ``count`` elements of numba type ``dtype``."""
+
+    def __init__(self, dtype, count):
+        self.dtype = dtype
+        self.count = count
+        super().__init__(name=f"vec{count}x{dtype}")
+
+
+@register_model(Vec)
+class _VecModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        elem = dmm.lookup(fe_type.dtype).get_value_type()
+        super().__init__(dmm, fe_type, ir.VectorType(elem, fe_type.count))
+
+
+F32x = Vec(types.float32, W)
+F64x = Vec(types.float64, W // 2)
+I32x = Vec(types.int32, W)
+I64x = Vec(types.int64, W // 2)
+
+_I32 = ir.IntType(32)
+_F32 = ir.FloatType()
+_F64 = ir.DoubleType()
+_STORE_16 = (types.uint16, types.int16)
+
+
+def _ir(ty):
+    """The LLVM type of numba type ``ty`` (scalar or Vec)."""
+    if isinstance(ty, Vec):
+        return ir.VectorType(_ir(ty.dtype), ty.count)
+    if ty == types.float32:
+        return _F32
+    if ty == types.float64:
+        return _F64
+    if ty == types.boolean:
+        return ir.IntType(1)
+    if isinstance(ty, types.Integer):
+        return ir.IntType(ty.bitwidth)
+    raise TypingError(f"no vector element type for {ty}")
+
+
+def _iname(t):
+    """LLVM's mangling of type ``t`` in overloaded intrinsic names (v16f32...)."""
+    if isinstance(t, ir.VectorType):
+        return f"v{t.count}{_iname(t.element)}"
+    if isinstance(t, ir.FloatType):
+        return "f32"
+    if isinstance(t, ir.DoubleType):
+        return "f64"
+    if isinstance(t, ir.HalfType):
+        return "f16"
+    return f"i{t.width}"
+
+
+def _elem(ty):
+    return ty.dtype if isinstance(ty, Vec) else ty
+
+
+def _shape(*tys):
+    """The vector type among ``tys`` (all Vecs must agree), or None."""
+    vs = {t for t in tys if isinstance(t, Vec)}
+    if len(vs) > 1:
+        raise TypingError(f"mixed vector types {vs}")
+    return vs.pop() if vs else None
+
+
+def _promote(builder, val, ty, target):
+    """Splat scalar ``val`` (numba type ``ty``) to vector type ``target``
+    (integer scalars are first converted to the vector's integer type)."""
+    if target is None or isinstance(ty, Vec):
+        return val
+    vt = _ir(target)
+    if isinstance(ty, types.Integer) and val.type != vt.element:
+        w = vt.element.width
+        if val.type.width > w:
+            val = builder.trunc(val, vt.element)
+        else:
+            val = (builder.sext if ty.signed else builder.zext)(val, vt.element)
+    undef = ir.Constant(vt, ir.Undefined)
+    v = builder.insert_element(undef, val, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(v, undef, ir.Constant(ir.VectorType(_I32, target.count), [0] * target.count))
+
+
+def _same_elem(*tys):
+    els = {_elem(t) for t in tys}
+    vec = _shape(*tys)
+    if vec is not None and isinstance(vec.dtype, types.Integer):
+        if all(isinstance(e, types.Integer) for e in els):
+            return vec.dtype  # integer scalars convert to the lanes' type
+    if len(els) != 1:
+        raise TypingError(f"operands of different element types: {tys}")
+    return els.pop()
+
+
+# ---------------------------------------------------------------------------
+# memory
+# ---------------------------------------------------------------------------
+def _ptr(context, builder, aryty, ary, idx):
+    data = context.make_array(aryty)(context, builder, ary).data
+    return builder.gep(data, [idx])
+
+
+def _load_vec(builder, ptr, vt, align):
+    return builder.load(builder.bitcast(ptr, vt.as_pointer()), typ=vt, align=align)
+
+
+def _widen(builder, raw, dtype):
+    """Storage vector -> compute vector (<16 x float> for 16-bit storage)."""
+    n = raw.type.count
+    if dtype == types.uint16:  # bfloat16 bits are the top half of a float32
+        wide = builder.zext(raw, ir.VectorType(_I32, n))
+        wide = builder.shl(wide, ir.Constant(ir.VectorType(_I32, n), [16] * n))
+        return builder.bitcast(wide, ir.VectorType(_F32, n))
+    if dtype == types.int16:  # IEEE half
+        half = builder.bitcast(raw, ir.VectorType(ir.HalfType(), n))
+        return builder.fpext(half, ir.VectorType(_F32, n))
+    return raw
+
+
+def _storage_vt(dtype, n):
+    return ir.VectorType(_ir(dtype), n)
+
+
+def _lanes(dtype):
+    return W // 2 if dtype == types.float64 else W
+
+
+def _result_vec(dtype):
+    return F64x if dtype == types.float64 else F32x
+
+
+def _check_buf(buf, idx):
+    if not (isinstance(buf, types.Array) and buf.ndim == 1):
+        raise TypingError("expected a 1-D array buffer")
+    if buf.dtype not in (types.float32, types.float64) + _STORE_16:
+        raise TypingError(f"unsupported buffer dtype {buf.dtype}")
+    if not isinstance(idx, types.Integer):
+        raise TypingError("expected an integer index")
+
+
+@intrinsic
+def vload(typingctx, buf, idx):
+    """``W`` consecutive elements of ``buf`` from ``idx``, widened to the
+    compute type (``<16 x float>``; ``<8 x double>`` for float64)."""
+    _check_buf(buf, idx)
+    dtype = buf.dtype
+    n = _lanes(dtype)
+
+    def codegen(context, builder, sig, args):
+        ptr = _ptr(context, builder, sig.args[0], args[0], args[1])
+        raw = _load_vec(builder, ptr, _storage_vt(dtype, n), dtype.bitwidth // 8)
+        return _widen(builder, raw, dtype)
+
+    return _result_vec(dtype)(buf, idx), codegen
+
+
+def _mask(builder, count, n):
+    """``<n x i1>``: lane j is on iff ``j < count`` (any count, even <= 0)."""
+    i32 = ir.IntType(32)
+    if count.type.width > 32:  # clamp to [0, n] before narrowing
+        lo = builder.select(builder.icmp_signed("<", count, count.type(0)), count.type(0), count)
+        count = builder.select(builder.icmp_signed(">", lo, count.type(n)), count.type(n), lo)
+        count = builder.trunc(count, i32)
+    iota = ir.Constant(ir.VectorType(i32, n), list(range(n)))
+    cv = _promote(builder, count, types.int32, Vec(types.int32, n))
+    return builder.icmp_signed("<", iota, cv)
+
+
+def _masked_intrinsic(builder, name, vt, fnargs):
+    ptr_t = ir.PointerType()
+    if name == "load":
+        fnty = ir.FunctionType(vt, [ptr_t, _I32, ir.VectorType(ir.IntType(1), vt.count), vt])
+    else:
+        fnty = ir.FunctionType(
+            ir.VoidType(), [vt, ptr_t, _I32, ir.VectorType(ir.IntType(1), vt.count)]
+        )
+    return builder.call(_declare(builder, f"llvm.masked.{name}.{_iname(vt)}.p0", fnty), fnargs)
+
+
+@intrinsic
+def vload_part(typingctx, buf, idx, count, fill):
+    """:func:`vload` of lanes ``j < count`` only; the other lanes are ``fill``
+    (a compute-type scalar) and their memory is not read."""
+    _check_buf(buf, idx)
+    if not isinstance(count, types.Integer):
+        raise TypingError("vload_part: count must be an integer")
+    dtype = buf.dtype
+    n = _lanes(dtype)
+    rv = _result_vec(dtype)
+
+    def codegen(context, builder, sig, args):
+        ptr = _ptr(context, builder, sig.args[0], args[0], args[1])
+        svt = _storage_vt(dtype, n)
+        mask = _mask(builder, args[2], n)
+        raw = _masked_intrinsic(
+            builder,
+            "load",
+            svt,
+            [
+                builder.bitcast(ptr, ir.PointerType()),
+                ir.Constant(_I32, dtype.bitwidth // 8),
+                mask,
+                ir.Constant(svt, None),
+            ],
+        )
+        wide = _widen(builder, raw, dtype)
+        fillv = context.cast(builder, args[3], sig.args[3], rv.dtype)
+        return builder.select(mask, wide, _promote(builder, fillv, rv.dtype, rv))
+
+    return rv(buf, idx, count, fill), codegen
+
+
+def _bf16_round(builder, v):
+    """<n x float> -> <n x i16> bfloat16 bits, round to nearest even, NaN quiet."""
+    n = v.type.count
+    i32v = ir.VectorType(_I32, n)
+
+    def c(x):
+        return ir.Constant(i32v, [x] * n)
+
+    b = builder.bitcast(v, i32v)
+    odd = builder.and_(builder.lshr(b, c(16)), c(1))
+    r = builder.lshr(builder.add(builder.add(b, c(0x7FFF)), odd), c(16))
+    quiet = builder.or_(builder.lshr(b, c(16)), c(0x40))
+    isnan = builder.fcmp_unordered("uno", v, v)
+    r = builder.select(isnan, quiet, r)
+    return builder.trunc(r, ir.VectorType(ir.IntType(16), n))
+
+
+def _narrow(builder, v, dtype):
+    """Compute vector -> storage vector of ``dtype`` (rounded once)."""
+    n = v.type.count
+    if dtype == types.uint16:
+        return _bf16_round(builder, v)
+    if dtype == types.int16:
+        half = builder.fptrunc(v, ir.VectorType(ir.HalfType(), n))
+        return builder.bitcast(half, ir.VectorType(ir.IntType(16), n))
+    if dtype == types.float64 and v.type.element == _F32:
+        return builder.fpext(v, ir.VectorType(_F64, n))
+    if dtype == types.float32 and v.type.element == _F64:
+        return builder.fptrunc(v, ir.VectorType(_F32, n))
+    return v
+
+
+def _check_store(buf, idx, v):
+    _check_buf(buf, idx)
+    if not isinstance(v, Vec) or v.dtype not in (types.float32, types.float64):
+        raise TypingError("vstore: expected a float vector")
+    if buf.dtype in _STORE_16 and v.dtype != types.float32:
+        raise TypingError("vstore: 16-bit storage takes a float32 vector")
+
+
+@intrinsic
+def vstore(typingctx, buf, idx, v):
+    """Store vector ``v`` at ``buf[idx:idx + len(v)]``, rounded once to the
+    buffer's storage type."""
+    _check_store(buf, idx, v)
+    dtype = buf.dtype
+
+    def codegen(context, builder, sig, args):
+        ptr = _ptr(context, builder, sig.args[0], args[0], args[1])
+        raw = _narrow(builder, args[2], dtype)
+        builder.store(raw, builder.bitcast(ptr, raw.type.as_pointer()), align=dtype.bitwidth // 8)
+        return context.get_dummy_value()
+
+    return types.none(buf, idx, v), codegen
+
+
+@intrinsic
+def vstore_part(typingctx, buf, idx, v, count):
+    """:func:`vstore` of lanes ``j < count`` only (memory past them untouched)."""
+    _check_store(buf, idx, v)
+    dtype = buf.dtype
+
+    def codegen(context, builder, sig, args):
+        ptr = _ptr(context, builder, sig.args[0], args[0], args[1])
+        raw = _narrow(builder, args[2], dtype)
+        mask = _mask(builder, args[3], raw.type.count)
+        _masked_intrinsic(
+            builder,
+            "store",
+            raw.type,
+            [raw, builder.bitcast(ptr, ir.PointerType()), ir.Constant(_I32, dtype.bitwidth // 8), mask],
+        )
+        return context.get_dummy_value()
+
+    return types.none(buf, idx, v, count), codegen
+
+
+# ---------------------------------------------------------------------------
+# construction and arithmetic
+# ---------------------------------------------------------------------------
+@intrinsic
+def splat(typingctx, x):
+    """A vector with every lane ``x`` (float32/int32: 16 lanes, float64/int64: 8)."""
+    if x in (types.float32, types.int32):
+        vt = Vec(x, W)
+    elif x in (types.float64, types.int64):
+        vt = Vec(x, W // 2)
+    else:
+        raise TypingError(f"splat: unsupported scalar {x}")
+
+    def codegen(context, builder, sig, args):
+        return _promote(builder, args[0], sig.args[0], sig.return_type)
+
+    return vt(x), codegen
+
+
+def _binop(opname, float_op, int_op):
+    @intrinsic
+    def _op(typingctx, a, b):
+        vt = _shape(a, b)
+        if vt is None:
+            raise TypingError("no vector operand")
+        _same_elem(a, b)
+
+        def codegen(context, builder, sig, args):
+            x = _promote(builder, args[0], sig.args[0], vt)
+            y = _promote(builder, args[1], sig.args[1], vt)
+            if isinstance(vt.dtype, types.Float):
+                return getattr(builder, float_op)(x, y)
+            return getattr(builder, int_op)(x, y)
+
+        return vt(a, b), codegen
+
+    _op.__name__ = opname
+    return _op
+
+
+_vadd = _binop("vadd", "fadd", "add")
+_vsub = _binop("vsub", "fsub", "sub")
+_vmul = _binop("vmul", "fmul", "mul")
+_vdiv = _binop("vdiv", "fdiv", "sdiv")
+_vand = _binop("vand", "and_", "and_")
+_vor = _binop("vor", "or_", "or_")
+
+
+def _vec_operands(a, b):
+    return (isinstance(a, Vec) or isinstance(b, Vec)) and all(
+        isinstance(t, (Vec, types.Number)) for t in (a, b)
+    )
+
+
+def _overload_binary(op, impl):
+    @overload(op)
+    def _ol(a, b):
+        if _vec_operands(a, b):
+            return lambda a, b: impl(a, b)
+
+
+for _op, _impl in (
+    (operator.add, _vadd),
+    (operator.sub, _vsub),
+    (operator.mul, _vmul),
+    (operator.truediv, _vdiv),
+    (operator.and_, _vand),
+    (operator.or_, _vor),
+):
+    _overload_binary(_op, _impl)
+
+
+@intrinsic
+def _vshl(typingctx, a, k):
+    if not (isinstance(a, Vec) and isinstance(a.dtype, types.Integer)):
+        raise TypingError("shift: integer vector expected")
+
+    def codegen(context, builder, sig, args):
+        k = context.cast(builder, args[1], sig.args[1], a.dtype)
+        return builder.shl(args[0], _promote(builder, k, a.dtype, a))
+
+    return a(a, k), codegen
+
+
+@intrinsic
+def _vshr(typingctx, a, k):
+    if not (isinstance(a, Vec) and isinstance(a.dtype, types.Integer)):
+        raise TypingError("shift: integer vector expected")
+
+    def codegen(context, builder, sig, args):
+        k = context.cast(builder, args[1], sig.args[1], a.dtype)
+        return builder.ashr(args[0], _promote(builder, k, a.dtype, a))
+
+    return a(a, k), codegen
+
+
+@overload(operator.lshift)
+def _ol_shl(a, k):
+    if isinstance(a, Vec):
+        return lambda a, k: _vshl(a, k)
+
+
+@overload(operator.rshift)
+def _ol_shr(a, k):
+    if isinstance(a, Vec):
+        return lambda a, k: _vshr(a, k)
+
+
+@overload(operator.neg)
+def _ol_neg(a):
+    if isinstance(a, Vec):
+        return lambda a: _vneg(a)
+
+
+@intrinsic
+def _vneg(typingctx, a):
+    def codegen(context, builder, sig, args):
+        if isinstance(a.dtype, types.Float):
+            return builder.fneg(args[0])
+        return builder.neg(args[0])
+
+    return a(a), codegen
+
+
+_FCMP = {"<": "olt", "<=": "ole", ">": "ogt", ">=": "oge", "==": "oeq", "!=": "une"}
+
+
+def _cmp(sym):
+    @intrinsic
+    def _c(typingctx, a, b):
+        vt = _shape(a, b)
+        _same_elem(a, b)
+        mt = Vec(types.boolean, vt.count)
+
+        def codegen(context, builder, sig, args):
+            x = _promote(builder, args[0], sig.args[0], vt)
+            y = _promote(builder, args[1], sig.args[1], vt)
+            if isinstance(vt.dtype, types.Float):
+                fn = builder.fcmp_unordered if sym == "!=" else builder.fcmp_ordered
+                return fn(_FCMP[sym], x, y)
+            return builder.icmp_signed(sym, x, y)
+
+        return mt(a, b), codegen
+
+    return _c
+
+
+for _op, _sym in (
+    (operator.lt, "<"),
+    (operator.le, "<="),
+    (operator.gt, ">"),
+    (operator.ge, ">="),
+    (operator.eq, "=="),
+    (operator.ne, "!="),
+):
+    _overload_binary(_op, _cmp(_sym))
+
+
+@intrinsic
+def where(typingctx, cond, a, b):
+    """``a`` where ``cond`` else ``b``, lane by lane (scalars: a plain select)."""
+    vt = _shape(a, b)
+    if vt is None:
+        if cond != types.boolean:
+            raise TypingError("where: scalar condition must be a bool")
+        _same_elem(a, b)
+
+        def scodegen(context, builder, sig, args):
+            return builder.select(args[0], args[1], args[2])
+
+        return a(cond, a, b), scodegen
+    if not (isinstance(cond, Vec) and cond.count == vt.count):
+        raise TypingError("where: mask and vector lanes differ")
+
+    def codegen(context, builder, sig, args):
+        x = _promote(builder, args[1], sig.args[1], vt)
+        y = _promote(builder, args[2], sig.args[2], vt)
+        return builder.select(args[0], x, y)
+
+    return vt(cond, a, b), codegen
+
+
+def _declare(builder, name, fnty):
+    """The declaration of LLVM intrinsic ``name`` (already mangled) in this module."""
+    return builder.module.globals.get(name) or ir.Function(builder.module, fnty, name)
+
+
+def _float_call(builder, name, vals):
+    ft = vals[0].type
+    fnty = ir.FunctionType(ft, [ft] * len(vals))
+    return builder.call(_declare(builder, f"llvm.{name}.{_iname(ft)}", fnty), vals)
+
+
+def _float_sig(name, *args):
+    vt = _shape(*args)
+    el = _same_elem(*args)
+    if not isinstance(el, types.Float):
+        raise TypingError(f"{name}: float operands expected")
+    return vt, (vt if vt is not None else el)(*args)
+
+
+@intrinsic
+def vfma(typingctx, a, b, c):
+    """``a * b + c`` rounded once (``llvm.fma``; ``vfmadd``), vectors or scalars."""
+    vt, sig = _float_sig("vfma", a, b, c)
+
+    def codegen(context, builder, sig, args):
+        vals = [_promote(builder, v, t, vt) for v, t in zip(args, sig.args)]
+        return _float_call(builder, "fma", vals)
+
+    return sig, codegen
+
+
+@intrinsic
+def vmax(typingctx, a, b):
+    """The larger of two values, ignoring a NaN operand (``llvm.maxnum``)."""
+    vt, sig = _float_sig("vmax", a, b)
+
+    def codegen(context, builder, sig, args):
+        vals = [_promote(builder, v, t, vt) for v, t in zip(args, sig.args)]
+        return _float_call(builder, "maxnum", vals)
+
+    return sig, codegen
+
+
+@intrinsic
+def as_int(typingctx, v):
+    """Bit pattern of a float (vector) as int32/int64 lanes (a bitcast)."""
+    el = _elem(v)
+    it = types.int32 if el == types.float32 else types.int64
+    rt = Vec(it, v.count) if isinstance(v, Vec) else it
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], _ir(rt))
+
+    return rt(v), codegen
+
+
+@intrinsic
+def as_float(typingctx, v):
+    """The float (vector) whose bit pattern is int32/int64 ``v`` (a bitcast)."""
+    el = _elem(v)
+    if el not in (types.int32, types.int64):
+        raise TypingError("as_float: int32/int64 expected")
+    ft = types.float32 if el == types.int32 else types.float64
+    rt = Vec(ft, v.count) if isinstance(v, Vec) else ft
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], _ir(rt))
+
+    return rt(v), codegen
+
+
+# ---------------------------------------------------------------------------
+# horizontal reductions and width changes
+# ---------------------------------------------------------------------------
+def _halves(builder, v):
+    n = v.type.count // 2
+    undef = ir.Constant(v.type, ir.Undefined)
+    lo = builder.shuffle_vector(v, undef, ir.Constant(ir.VectorType(_I32, n), list(range(n))))
+    hi = builder.shuffle_vector(
+        v, undef, ir.Constant(ir.VectorType(_I32, n), list(range(n, 2 * n)))
+    )
+    return lo, hi
+
+
+def _reduce(name):
+    @intrinsic
+    def _r(typingctx, v):
+        if not isinstance(v, Vec):
+            raise TypingError(f"{name}: vector expected")
+
+        def codegen(context, builder, sig, args):
+            x = args[0]
+            while x.type.count > 1:
+                lo, hi = _halves(builder, x)
+                if name == "add":
+                    x = builder.fadd(lo, hi)
+                else:  # lo > hi ? lo : hi -- one vmaxps (NaN: either survives)
+                    x = builder.select(builder.fcmp_ordered(">", lo, hi), lo, hi)
+            return builder.extract_element(x, ir.Constant(_I32, 0))
+
+        return v.dtype(v), codegen
+
+    return _r
+
+
+#: sum of the lanes by a fixed pairwise tree: lane j + lane j + n/2, then
+#: j + n/4, ..., j + 1 (the order every kernel reproduces, in any layout)
+reduce_add = _reduce("add")
+#: largest lane (a tree of ``a > b ? a : b``: a NaN lane may or may not
+#: survive, as with ``vmaxps``; callers let NaN rows fail in their sums)
+reduce_max = _reduce("max")
+
+
+def _f64_half(which):
+    @intrinsic
+    def _h(typingctx, v):
+        if v != F32x:
+            raise TypingError("expected a float32 vector")
+
+        def codegen(context, builder, sig, args):
+            half = _halves(builder, args[0])[which]
+            return builder.fpext(half, ir.VectorType(_F64, W // 2))
+
+        return F64x(v), codegen
+
+    return _h
+
+
+#: lanes 0..7 of a float32 vector, exactly, as float64
+lo_f64 = _f64_half(0)
+#: lanes 8..15 of a float32 vector, exactly, as float64
+hi_f64 = _f64_half(1)
+
+
+@intrinsic
+def join_f32(typingctx, lo, hi):
+    """Two float64 vectors rounded (once each) into one float32 vector."""
+    if lo != F64x or hi != F64x:
+        raise TypingError("join_f32: two float64 vectors expected")
+
+    def codegen(context, builder, sig, args):
+        h = W // 2
+        a = builder.fptrunc(args[0], ir.VectorType(_F32, h))
+        b = builder.fptrunc(args[1], ir.VectorType(_F32, h))
+        return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_I32, W), list(range(W))))
+
+    return F32x(lo, hi), codegen
+
+
+@intrinsic
+def lane(typingctx, v, i):
+    """Element ``i`` of vector ``v``."""
+    if not isinstance(v, Vec):
+        raise TypingError("lane: vector expected")
+
+    def codegen(context, builder, sig, args):
+        return builder.extract_element(args[0], args[1])
+
+    return v.dtype(v, i), codegen

@@ -1,0 +1,338 @@
+"""Row kernels: the reduction axis is a row of ``n`` elements (``inner == 1``).
+
+Each row follows :mod:`.segment`'s definition chunk by chunk: stats, merge,
+log, pass 2. Rows are addressed through a geometry array ``g`` built once per
+layout by :mod:`.layout` (``g = [n1, n2, n, ni, off_0, s1_0, s2_0, sn_0,
+si_0, off_1, ...]``, one block of five per operand, in elements of the flat
+storage buffers): row ``r`` of operand ``o`` starts at ``off + (r // n2) *
+s1 + (r % n2) * s2`` and steps by ``sn``. Rows whose step is not 1 are
+gathered into a per-task staging row first (and scattered back), so the
+arithmetic only ever runs on unit-stride vectors.
+
+Every kernel has a serial form (``*_range``, rows ``[r0, r1)``) that the
+backend calls directly for small problems -- waking numba's thread pool
+costs more than the work there -- and a parallel form (``*_parallel``) that
+splits the rows into ``ntask`` contiguous ranges under ``numba.prange``. Both
+run the same per-row code, so they give the same bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ._math import log_f64
+from ._simd import view, wide_vectors
+from ._vec import W, lane, vload_part, vstore_part
+from .segment import (
+    CHUNK,
+    chunk_grad_sum,
+    chunk_max,
+    chunk_stats,
+    chunk_sum_at,
+    merge,
+    row_log,
+    write_backward,
+    write_forward,
+)
+
+__all__ = [
+    "forward_range",
+    "forward_parallel",
+    "forward_short",
+    "forward_short_parallel",
+    "backward_range",
+    "backward_parallel",
+    "backward_short",
+    "backward_short_parallel",
+    "logsumexp_range",
+    "logsumexp_parallel",
+    "row_stats",
+]
+
+
+@njit(inline="always", error_model="numpy")
+def row_offset(g, op, r):
+    """Start of row ``r`` of operand ``op`` (geometry layout: module doc)."""
+    n2 = g[1]
+    i1 = r // n2
+    b = 4 + 5 * op
+    return g[b] + i1 * g[b + 1] + (r - i1 * n2) * g[b + 2]
+
+
+@njit(inline="always", error_model="numpy")
+def row_step(g, op):
+    return g[4 + 5 * op + 3]
+
+
+@njit(cache=True, error_model="numpy")
+def gather(buf, off, n, step, dst):
+    """``dst[:n] = buf[off + k * step]`` (any step, 0 = broadcast)."""
+    for k in range(n):
+        dst[k] = buf[off + k * step]
+
+
+@njit(cache=True, error_model="numpy")
+def scatter(src, buf, off, n, step):
+    """``buf[off + k * step] = src[k]``: the inverse of :func:`gather`."""
+    for k in range(n):
+        buf[off + k * step] = src[k]
+
+
+@njit(inline="always", error_model="numpy")
+def operand(buf, g, op, r, n, stage):
+    """Row ``r`` of operand ``op`` as a unit-stride buffer: a view of ``buf``,
+    or ``stage`` (the row gathered into it when its step is not 1)."""
+    off = row_offset(g, op, r)
+    step = row_step(g, op)
+    if step == 1:
+        return view(buf, off, n)
+    gather(buf, off, n, step, stage)
+    # a view, not `stage` itself: returning the owned array from one branch
+    # made every row pay reference-count calls (~50 ns per row at n = 128)
+    return view(stage, 0, n)
+
+
+@njit(inline="always", error_model="numpy")
+def target(buf, g, op, r, n, stage):
+    """Where to write row ``r`` of operand ``op``: a view, or ``stage``."""
+    if row_step(g, op) == 1:
+        return view(buf, row_offset(g, op, r), n)
+    return view(stage, 0, n)
+
+
+@njit(inline="always", error_model="numpy")
+def flush(buf, g, op, r, n, stage):
+    step = row_step(g, op)
+    if step != 1:
+        scatter(stage, buf, row_offset(g, op, r), n, step)
+
+
+@njit(inline="always", error_model="numpy")
+def stage_for(buf, size, needed):
+    """A scratch buffer of ``size`` elements of ``buf``'s type when
+    ``needed``, else ``buf`` itself (unused: no allocation on the common
+    path -- each numba allocation costs ~0.1 us of a small call)."""
+    if needed:
+        return np.empty(size, buf.dtype)
+    return buf
+
+
+@njit(cache=True, error_model="numpy")
+def row_stats(xs, n, accurate):
+    """``(m, s)`` of a whole unit-stride row: chunk stats merged in order."""
+    m, s = chunk_stats(xs, 0, min(n, CHUNK), accurate)
+    for c0 in range(CHUNK, n, CHUNK):
+        mc, sc = chunk_stats(xs, c0, min(n - c0, CHUNK), accurate)
+        m, s = merge(m, s, mc, sc)
+    return m, s
+
+
+@njit(cache=True, error_model="numpy")
+def forward_range(xb, ob, g, op, accurate, r0, r1):
+    """Forward (``op``: :class:`Op`) on rows ``[r0, r1)``. ``ob`` may be the
+    same memory as ``xb`` with the same geometry (in place): every vector
+    is read before it is written, and a staged row is gathered before its
+    result is scattered back."""
+    n = g[2]
+    xst = stage_for(xb, n, row_step(g, 0) != 1)
+    ost = stage_for(ob, n, row_step(g, 1) != 1)
+    for r in range(r0, r1):
+        xs = operand(xb, g, 0, r, n, xst)
+        os = target(ob, g, 1, r, n, ost)
+        m, s = row_stats(xs, n, accurate)
+        write_forward(xs, os, 0, n, op, accurate, m, row_log(s), 1.0 / s)
+        flush(ob, g, 1, r, n, ost)
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def forward_parallel(xb, ob, g, op, accurate, ntask):
+    """:func:`forward_range` over all rows, ``ntask`` row ranges in parallel."""
+    rows = g[0] * g[1]
+    for t in prange(ntask):
+        forward_range(xb, ob, g, op, accurate, t * rows // ntask, (t + 1) * rows // ntask)
+
+
+@njit(cache=True, error_model="numpy")
+def row_grad_sum(ds, ys, n, op):
+    """float64 gradient sum of a whole row: chunk sums added in order."""
+    s = 0.0
+    for c0 in range(0, n, CHUNK):
+        s += chunk_grad_sum(ds, ys, c0, min(n - c0, CHUNK), op)
+    return s
+
+
+@njit(cache=True, error_model="numpy")
+def backward_range(db, yb, ob, g, op, accurate, r0, r1):
+    """Backward on rows ``[r0, r1)``; ``ob`` may be the memory of ``db`` or
+    ``yb`` with the same geometry (in place, as :func:`forward_range`)."""
+    n = g[2]
+    dst_ = stage_for(db, n, row_step(g, 0) != 1)
+    yst = stage_for(yb, n, row_step(g, 1) != 1)
+    ost = stage_for(ob, n, row_step(g, 2) != 1)
+    for r in range(r0, r1):
+        ds = operand(db, g, 0, r, n, dst_)
+        ys = operand(yb, g, 1, r, n, yst)
+        os = target(ob, g, 2, r, n, ost)
+        s = row_grad_sum(ds, ys, n, op)
+        write_backward(ds, ys, os, 0, n, op, accurate, s)
+        flush(ob, g, 2, r, n, ost)
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def backward_parallel(db, yb, ob, g, op, accurate, ntask):
+    """:func:`backward_range` over all rows, ``ntask`` ranges in parallel."""
+    rows = g[0] * g[1]
+    for t in prange(ntask):
+        backward_range(db, yb, ob, g, op, accurate, t * rows // ntask, (t + 1) * rows // ntask)
+
+
+#: rows per batch of the short-row kernels
+BATCH = 16
+
+
+@njit(inline="always", error_model="numpy")
+def _first(g, r0):
+    """``(i1, i2)`` of row ``r0``: the one division of a batch loop."""
+    i1 = r0 // g[1]
+    return i1, r0 - i1 * g[1]
+
+
+@njit(inline="always", error_model="numpy")
+def _at(g, op, i1, i2):
+    b = 4 + 5 * op
+    return g[b] + i1 * g[b + 1] + i2 * g[b + 2]
+
+
+@njit(inline="always", error_model="numpy")
+def _next(g, i1, i2):
+    """The row after ``(i1, i2)`` (no division per row: a 64-bit ``//``
+    per row cost ~20 cycles at n = 16)."""
+    i2 += 1
+    if i2 == g[1]:
+        return i1 + 1, 0
+    return i1, i2
+
+
+@njit(cache=True, error_model="numpy")
+def _batch_logs(s, lg, inv, nb):
+    """``lg = log(s)`` and ``inv = 1/s`` for ``nb`` row sums, 8 per vector
+    (lane-wise the same arithmetic as :func:`.segment.row_log`)."""
+    wide_vectors()
+    for i in range(0, nb, W // 2):
+        v = vload_part(s, i, nb - i, 1.0)
+        vstore_part(lg, i, log_f64(v), nb - i)
+        vstore_part(inv, i, 1.0 / v, nb - i)
+
+
+@njit(cache=True, error_model="numpy")
+def forward_short(xb, ob, g, op, accurate, r0, r1):
+    """:func:`forward_range` for unit-stride rows of ``n <= CHUNK``: the same
+    arithmetic, run phase by phase over batches of :data:`BATCH` rows (all
+    maxima, then all sums, then the logs as vectors, then all writes), so
+    that the rows' dependency chains (max -> sum -> log -> write, ~300 cycles
+    of latency) overlap instead of running one after another."""
+    wide_vectors()
+    n = g[2]
+    scratch = np.empty(5 * BATCH)  # one allocation: m, s, log s, 1/s, max
+    m = scratch[:BATCH]
+    s = scratch[BATCH : 2 * BATCH]
+    lg = scratch[2 * BATCH : 3 * BATCH]
+    inv = scratch[3 * BATCH : 4 * BATCH]
+    mx = scratch[4 * BATCH :]
+    i1, i2 = _first(g, r0)
+    for b0 in range(r0, r1, BATCH):
+        nb = min(BATCH, r1 - b0)
+        j1, j2 = i1, i2
+        for i in range(nb):
+            mx[i] = chunk_max(view(xb, _at(g, 0, j1, j2), n), 0, n)
+            j1, j2 = _next(g, j1, j2)
+        j1, j2 = i1, i2
+        for i in range(nb):
+            xs = view(xb, _at(g, 0, j1, j2), n)
+            m[i], s[i] = chunk_sum_at(xs, n, np.float32(mx[i]), accurate)
+            j1, j2 = _next(g, j1, j2)
+        _batch_logs(s, lg, inv, nb)
+        for i in range(nb):
+            xs = view(xb, _at(g, 0, i1, i2), n)
+            os = view(ob, _at(g, 1, i1, i2), n)
+            write_forward(xs, os, 0, n, op, accurate, m[i], lg[i], inv[i])
+            i1, i2 = _next(g, i1, i2)
+
+
+@njit(cache=True, error_model="numpy")
+def backward_short(db, yb, ob, g, op, accurate, r0, r1):
+    """:func:`backward_range` for unit-stride rows of ``n <= CHUNK``, in
+    batches: all sums first, then all writes (as :func:`forward_short`)."""
+    wide_vectors()
+    n = g[2]
+    s = np.empty(BATCH)
+    i1, i2 = _first(g, r0)
+    for b0 in range(r0, r1, BATCH):
+        nb = min(BATCH, r1 - b0)
+        j1, j2 = i1, i2
+        for i in range(nb):
+            s[i] = chunk_grad_sum(view(db, _at(g, 0, j1, j2), n), view(yb, _at(g, 1, j1, j2), n), 0, n, op)
+            j1, j2 = _next(g, j1, j2)
+        for i in range(nb):
+            ds = view(db, _at(g, 0, i1, i2), n)
+            ys = view(yb, _at(g, 1, i1, i2), n)
+            os = view(ob, _at(g, 2, i1, i2), n)
+            write_backward(ds, ys, os, 0, n, op, accurate, s[i])
+            i1, i2 = _next(g, i1, i2)
+
+
+@njit(inline="always", error_model="numpy")
+def lse_value(m, s, nan_in_row):
+    """float64 logsumexp from row stats: ``m + log(s)``; a row holding
+    ``+inf`` is ``+inf`` (NaN if it also holds a NaN), all ``-inf`` is
+    ``-inf`` (``log(0)``)."""
+    if m == np.inf:
+        return np.nan if nan_in_row else np.inf
+    return m + row_log(s)
+
+
+@njit(cache=True, error_model="numpy")
+def _row_has_nan(xs, n):
+    for k in range(n):
+        v = lane(vload_part(xs, k, 1, np.float32(0.0)), 0)
+        if v != v:
+            return True
+    return False
+
+
+@njit(cache=True, error_model="numpy")
+def logsumexp_range(xb, rb, g, r0, r1):
+    """float64 logsumexp of rows ``[r0, r1)`` into ``rb`` (operand 1 of ``g``,
+    one element per row), from the accurate stats (float64 terms: the
+    float32 result is rounded once from a ~2**-34 accurate value)."""
+    n = g[2]
+    xst = stage_for(xb, n, row_step(g, 0) != 1)
+    for r in range(r0, r1):
+        xs = operand(xb, g, 0, r, n, xst)
+        m, s = row_stats(xs, n, True)
+        rb[row_offset(g, 1, r)] = lse_value(m, s, m == np.inf and _row_has_nan(xs, n))
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def logsumexp_parallel(xb, rb, g, ntask):
+    """:func:`logsumexp_range` over all rows, ``ntask`` ranges in parallel."""
+    rows = g[0] * g[1]
+    for t in prange(ntask):
+        logsumexp_range(xb, rb, g, t * rows // ntask, (t + 1) * rows // ntask)
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def forward_short_parallel(xb, ob, g, op, accurate, ntask):
+    """:func:`forward_short` over all rows, ``ntask`` ranges in parallel."""
+    rows = g[0] * g[1]
+    for t in prange(ntask):
+        forward_short(xb, ob, g, op, accurate, t * rows // ntask, (t + 1) * rows // ntask)
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def backward_short_parallel(db, yb, ob, g, op, accurate, ntask):
+    """:func:`backward_short` over all rows, ``ntask`` ranges in parallel."""
+    rows = g[0] * g[1]
+    for t in prange(ntask):
+        backward_short(db, yb, ob, g, op, accurate, t * rows // ntask, (t + 1) * rows // ntask)

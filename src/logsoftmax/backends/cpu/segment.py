@@ -1,0 +1,341 @@
+"""The arithmetic of one contiguous row segment: the definition every kernel follows.
+
+A row of ``n`` elements is cut into chunks of :data:`CHUNK` elements. For
+each chunk (:func:`chunk_stats`):
+
+* ``m_c`` -- its exact max;
+* ``s_c = sum(exp(x - m_c))`` -- element ``k`` of the chunk goes to *lane*
+  ``k % 64`` (float32 terms, :func:`._math.exp_f32`) or ``k % 16``
+  (float64 terms of the exact float64 difference, :func:`._math.exp_f64`,
+  the *accurate* path); each lane is a running sum in element order, and
+  the lanes are added by a fixed pairwise tree (lane ``l`` + lane
+  ``l + 32``, then ``+ 16``, ``8``, ``4``, ``2``, ``1``). That is 64
+  independent float32 accumulators over at most 64 terms each (API.md's
+  accuracy rule asks for at least 64, or pairwise blocks of <= 4096);
+
+then chunks merge in order in float64 (:func:`merge`, the online softmax):
+``(m, s) <- (M, s e**(m - M) + s_c e**(m_c - M))``, ``M = max(m, m_c)``.
+Pass 2 (:func:`write_forward`) writes ``y = (x - m) - log(s)`` or
+``e**(x - m) / s``. The backward sums ``diff_dst`` (or ``diff_dst * dst``)
+per chunk in float64 over 16 lanes (exact products), adds the chunk sums in
+order, and writes ``diff_dst - e**dst * S`` (or ``dst * (diff_dst - S)``).
+
+Because the order of every addition is fixed by the element's index in its
+row, any kernel that follows this definition -- a row at a time
+(:mod:`.rows`), across a tile of columns (:mod:`.columns`), or a long row's
+chunks spread over threads (:mod:`.split`) -- produces the same bits, for
+any strides, thread count or in-place mode.
+
+Two precisions (``accurate``), chosen per call by the backend:
+
+* *fast*: float32 terms and float32 pass-2 arithmetic. Used for 16-bit
+  results (rounded once from the float32 value) and for float32 rows longer
+  than :data:`SHORT` (there the float32 sum is already several times more
+  accurate than PyTorch's: 1.0-1.3 eps vs 15 at n = 4096-32000).
+* *accurate*: float64 terms, float64 pass 2, one rounding to float32.
+  Used for float32 results of rows up to :data:`SHORT` elements, where a
+  float32 ``exp`` (1 ulp per term) left log_softmax at 0.69-0.73 eps and
+  the float32 backward at 2.7-3.0 eps (PyTorch: 1.1-3.9); here 0.50-0.52.
+
+Special values fall out of the arithmetic: a NaN or ``+inf`` makes its
+chunk's sum NaN (``inf - inf``); ``-inf`` elements contribute 0; a chunk of
+only ``-inf`` contributes ``s_c = 0`` (NaN if it also holds a NaN: the max
+may have skipped it, so such chunks are rescanned); an all ``-inf`` row ends
+with ``m = -inf, s = 0`` and pass 2 gives ``-inf - -inf = NaN``.
+
+Buffers are flat 1-D storage arrays (float32, or uint16/int16 holding
+bfloat16/float16, see :mod:`._vec`); ``c0``/``cl`` give the segment.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from .. import Op
+from ._math import exp_f32, exp_f64, exp_f64_any, log_f64
+from ._simd import wide_vectors
+from ._vec import (
+    W,
+    hi_f64,
+    join_f32,
+    lane,
+    lo_f64,
+    reduce_add,
+    reduce_max,
+    splat,
+    vfma,
+    vload,
+    vload_part,
+    vstore,
+    vstore_part,
+    where,
+)
+
+__all__ = [
+    "CHUNK",
+    "SHORT",
+    "LANES32",
+    "LANES64",
+    "chunk_max",
+    "chunk_stats",
+    "merge",
+    "row_log",
+    "write_forward",
+    "chunk_grad_sum",
+    "write_backward",
+]
+
+#: elements per chunk: 16 KiB of float32, read twice while it sits in L1
+CHUNK = 4096
+#: float32 results of rows up to this length take the accurate path
+SHORT = 1024
+#: float32 term lanes per chunk (4 vectors of W)
+LANES32 = 4 * W
+#: float64 term lanes per chunk (2 vectors of W // 2)
+LANES64 = W
+
+_NINF = np.float32(-np.inf)
+_ZERO = np.float32(0.0)
+_LSM = Op.LOG_SOFTMAX
+
+
+@njit(inline="always", error_model="numpy")
+def vmax_x86(a, b):
+    """``a if a > b else b``: one ``vmaxps``. A NaN operand may or may not
+    survive; every max here is followed by a sum that a NaN turns to NaN."""
+    return where(a > b, a, b)
+
+
+@njit(inline="always", error_model="numpy")
+def chunk_max(xs, c0, cl):
+    """Exact max of ``xs[c0:c0 + cl]`` (float32; NaN: see :func:`vmax_x86`)."""
+    wide_vectors()
+    m0 = splat(_NINF)
+    m1 = m0
+    m2 = m0
+    m3 = m0
+    k = 0
+    while k + 4 * W <= cl:
+        m0 = vmax_x86(m0, vload(xs, c0 + k))
+        m1 = vmax_x86(m1, vload(xs, c0 + k + W))
+        m2 = vmax_x86(m2, vload(xs, c0 + k + 2 * W))
+        m3 = vmax_x86(m3, vload(xs, c0 + k + 3 * W))
+        k += 4 * W
+    while k < cl:
+        m0 = vmax_x86(m0, vload_part(xs, c0 + k, cl - k, _NINF))
+        k += W
+    return reduce_max(vmax_x86(vmax_x86(m0, m1), vmax_x86(m2, m3)))
+
+
+@njit(inline="always", error_model="numpy")
+def _sum32(xs, c0, cl, m):
+    """``sum(exp_f32(x - m))`` over 64 float32 lanes + the tree (module doc)."""
+    wide_vectors()
+    a0 = splat(_ZERO)
+    a1 = a0
+    a2 = a0
+    a3 = a0
+    k = 0
+    while k + 4 * W <= cl:
+        a0 = a0 + exp_f32(vload(xs, c0 + k) - m)
+        a1 = a1 + exp_f32(vload(xs, c0 + k + W) - m)
+        a2 = a2 + exp_f32(vload(xs, c0 + k + 2 * W) - m)
+        a3 = a3 + exp_f32(vload(xs, c0 + k + 3 * W) - m)
+        k += 4 * W
+    r = cl - k  # masked lanes read as -inf: their terms are exactly 0
+    if r > 0:
+        a0 = a0 + exp_f32(vload_part(xs, c0 + k, r, _NINF) - m)
+    if r > W:
+        a1 = a1 + exp_f32(vload_part(xs, c0 + k + W, r - W, _NINF) - m)
+    if r > 2 * W:
+        a2 = a2 + exp_f32(vload_part(xs, c0 + k + 2 * W, r - 2 * W, _NINF) - m)
+    if r > 3 * W:
+        a3 = a3 + exp_f32(vload_part(xs, c0 + k + 3 * W, r - 3 * W, _NINF) - m)
+    return np.float64(reduce_add((a0 + a2) + (a1 + a3)))
+
+
+@njit(inline="always", error_model="numpy")
+def _sum64(xs, c0, cl, m):
+    """``sum(exp_f64(x - m))`` of the exact float64 differences, 16 lanes."""
+    wide_vectors()
+    m64 = np.float64(m)
+    lo = splat(0.0)
+    hi = lo
+    k = 0
+    while k + W <= cl:
+        v = vload(xs, c0 + k)
+        lo = lo + exp_f64(lo_f64(v) - m64)
+        hi = hi + exp_f64(hi_f64(v) - m64)
+        k += W
+    if k < cl:
+        v = vload_part(xs, c0 + k, cl - k, _NINF)
+        lo = lo + exp_f64(lo_f64(v) - m64)
+        hi = hi + exp_f64(hi_f64(v) - m64)
+    return reduce_add(lo + hi)
+
+
+@njit(inline="always", error_model="numpy")
+def _has_nan(xs, c0, cl):
+    for k in range(c0, c0 + cl):
+        v = lane(vload_part(xs, k, 1, _ZERO), 0)
+        if v != v:
+            return True
+    return False
+
+
+@njit(inline="always", error_model="numpy")
+def chunk_sum_at(xs, cl, m, accurate):
+    """``(m, s_c)`` in float64 for a chunk ``xs[:cl]`` whose max ``m`` is known."""
+    if m == _NINF:
+        return -np.inf, (np.nan if _has_nan(xs, 0, cl) else 0.0)
+    if accurate:
+        return np.float64(m), _sum64(xs, 0, cl, m)
+    return np.float64(m), _sum32(xs, 0, cl, m)
+
+
+@njit(inline="always", error_model="numpy")
+def chunk_stats(xs, c0, cl, accurate):
+    """``(m_c, s_c)`` of a chunk, both float64 (module doc)."""
+    m = chunk_max(xs, c0, cl)
+    if m == _NINF:
+        return -np.inf, (np.nan if _has_nan(xs, c0, cl) else 0.0)
+    if accurate:
+        return np.float64(m), _sum64(xs, c0, cl, m)
+    return np.float64(m), _sum32(xs, c0, cl, m)
+
+
+@njit(inline="always", error_model="numpy")
+def merge(m, s, mc, sc):
+    """Online-softmax merge of chunk stats ``(mc, sc)`` into ``(m, s)``."""
+    if mc > m:
+        return mc, s * math.exp(m - mc) + sc
+    if mc == m:
+        return m, s + sc
+    return m, s + sc * math.exp(mc - m)
+
+
+@njit(inline="always", error_model="numpy")
+def row_log(s):
+    """``log(s)`` of a row sum by :func:`._math.log_f64` (the kernels' one log)."""
+    return lane(log_f64(splat(s)), 0)
+
+
+@njit(inline="always", error_model="numpy")
+def write_forward(xs, os, c0, cl, op, accurate, m, lg, inv):
+    """Pass 2 on ``[c0, c0 + cl)``: ``os = (x - m) - lg`` (log_softmax) or
+    ``exp(x - m) * inv`` (softmax); ``m``, ``lg = log(s)``, ``inv = 1/s``
+    are float64. ``os`` may be ``xs`` (in place: each vector is read before
+    it is written)."""
+    wide_vectors()
+    end = c0 + cl
+    if accurate:
+        if op == _LSM:
+            k = c0
+            while k < end:
+                v = vload_part(xs, k, end - k, _ZERO)
+                y = join_f32((lo_f64(v) - m) - lg, (hi_f64(v) - m) - lg)
+                vstore_part(os, k, y, end - k)
+                k += W
+        else:
+            k = c0
+            while k < end:
+                v = vload_part(xs, k, end - k, _ZERO)
+                y = join_f32(exp_f64(lo_f64(v) - m) * inv, exp_f64(hi_f64(v) - m) * inv)
+                vstore_part(os, k, y, end - k)
+                k += W
+        return
+    m32 = np.float32(m)
+    if op == _LSM:
+        l32 = np.float32(lg)
+        k = c0
+        while k + W <= end:
+            vstore(os, k, (vload(xs, k) - m32) - l32)
+            k += W
+        if k < end:
+            vstore_part(os, k, (vload_part(xs, k, end - k, _ZERO) - m32) - l32, end - k)
+    else:
+        i32 = np.float32(inv)
+        k = c0
+        while k + W <= end:
+            vstore(os, k, exp_f32(vload(xs, k) - m32) * i32)
+            k += W
+        if k < end:
+            v = vload_part(xs, k, end - k, _ZERO)
+            vstore_part(os, k, exp_f32(v - m32) * i32, end - k)
+
+
+@njit(inline="always", error_model="numpy")
+def chunk_grad_sum(ds, ys, c0, cl, op):
+    """float64 ``sum(diff_dst)`` (log_softmax) or ``sum(diff_dst * dst)``
+    (softmax) of a chunk over 16 lanes (float32 products are exact in
+    float64)."""
+    wide_vectors()
+    lo = splat(0.0)
+    hi = lo
+    end = c0 + cl
+    k = c0
+    if op == _LSM:
+        while k < end:
+            d = vload_part(ds, k, end - k, _ZERO)
+            lo = lo + lo_f64(d)
+            hi = hi + hi_f64(d)
+            k += W
+    else:
+        while k < end:
+            d = vload_part(ds, k, end - k, _ZERO)
+            y = vload_part(ys, k, end - k, _ZERO)
+            lo = lo + lo_f64(d) * lo_f64(y)
+            hi = hi + hi_f64(d) * hi_f64(y)
+            k += W
+    return reduce_add(lo + hi)
+
+
+@njit(inline="always", error_model="numpy")
+def write_backward(ds, ys, os, c0, cl, op, accurate, s):
+    """Pass 2 of the backward on ``[c0, c0 + cl)``: ``diff_dst - e**dst * S``
+    (log_softmax, one rounding by FMA) or ``dst * (diff_dst - S)``; ``os``
+    may be ``ds`` or ``ys`` (in place)."""
+    wide_vectors()
+    end = c0 + cl
+    k = c0
+    if accurate:
+        ns = -s
+        if op == _LSM:
+            while k < end:
+                d = vload_part(ds, k, end - k, _ZERO)
+                y = vload_part(ys, k, end - k, _ZERO)
+                g = join_f32(
+                    vfma(exp_f64_any(lo_f64(y)), ns, lo_f64(d)),
+                    vfma(exp_f64_any(hi_f64(y)), ns, hi_f64(d)),
+                )
+                vstore_part(os, k, g, end - k)
+                k += W
+        else:
+            while k < end:
+                d = vload_part(ds, k, end - k, _ZERO)
+                y = vload_part(ys, k, end - k, _ZERO)
+                g = join_f32(lo_f64(y) * (lo_f64(d) - s), hi_f64(y) * (hi_f64(d) - s))
+                vstore_part(os, k, g, end - k)
+                k += W
+        return
+    ns32 = np.float32(-s)
+    s32 = np.float32(s)
+    if op == _LSM:
+        while k + W <= end:
+            vstore(os, k, vfma(exp_f32(vload(ys, k)), ns32, vload(ds, k)))
+            k += W
+        if k < end:
+            d = vload_part(ds, k, end - k, _ZERO)
+            y = vload_part(ys, k, end - k, _ZERO)
+            vstore_part(os, k, vfma(exp_f32(y), ns32, d), end - k)
+    else:
+        while k + W <= end:
+            vstore(os, k, vload(ys, k) * (vload(ds, k) - s32))
+            k += W
+        if k < end:
+            d = vload_part(ds, k, end - k, _ZERO)
+            y = vload_part(ys, k, end - k, _ZERO)
+            vstore_part(os, k, y * (d - s32), end - k)
