@@ -52,7 +52,7 @@ from numba import njit, prange, types
 from numba.core.errors import TypingError
 from numba.extending import overload
 
-from ._simd import exp64, exp_c, load, maxnum, neg_inf
+from ._simd import exp64, exp_c, load, maxnum, neg_inf, wide_vectors
 
 __all__ = [
     "stats_rows",
@@ -136,6 +136,7 @@ def _merge(m, s, mc, sc):
 
 @njit(**_SUM)
 def _row_max(row, n):
+    wide_vectors()
     mc = neg_inf(row)
     for k in range(n):
         mc = maxnum(mc, load(row, k))
@@ -154,6 +155,7 @@ def _row_sum_exp(row, n, mc):
     """``sum exp(z - mc)`` (float32 blocks of :data:`_BLOCK`, float64 across
     blocks); NaN if the row holds a NaN (``maxnum`` hid it from ``mc``), 0 for
     an all--inf row."""
+    wide_vectors()
     if mc == _NINF:
         for k in range(n):
             v = load(row, k)
@@ -175,6 +177,7 @@ def _row_sum_exp(row, n, mc):
 def _row_weighted_gap(row, n, mc, cw, c0, has_w):
     """``sum_k w_k (mc - z_k)``: non-negative terms in the compute type,
     block sums in float64 (``w_k = 1`` without weights)."""
+    wide_vectors()
     m = _ct(row, mc)
     acc = 0.0
     for b in range(0, n, _BLOCK):
@@ -236,6 +239,13 @@ def stats_rows(z, c0, target, cw, has_w, w_seen, w_chunk, smooth, m, s, zt, zw):
                     m, s, zt, zw)
 
 
+@njit(**_KW)
+def _cap_row(row, n, cap):
+    wide_vectors()
+    for k in range(n):
+        row[k] = _capped(row[k], cap)
+
+
 @njit(**_PAR)
 def cap_stats_rows(z, cap, c0, target, cw, has_w, w_seen, w_chunk, smooth,
                    m, s, zt, zw):
@@ -245,8 +255,7 @@ def cap_stats_rows(z, cap, c0, target, cw, has_w, w_seen, w_chunk, smooth,
     rows, n = z.shape
     for r in prange(rows):
         row = z[r]
-        for k in range(n):
-            row[k] = _capped(row[k], cap)
+        _cap_row(row, n, cap)
         _row_update(row, n, r, c0, target, cw, has_w, w_seen, w_chunk, smooth,
                     m, s, zt, zw)
 
@@ -256,9 +265,7 @@ def cap_rows(z, cap):
     """``z <- cap * tanh(z / cap)`` in place (the backward's recomputed chunk)."""
     rows, n = z.shape
     for r in prange(rows):
-        row = z[r]
-        for k in range(n):
-            row[k] = _capped(row[k], cap)
+        _cap_row(z[r], n, cap)
 
 
 @njit(**_PAR)
@@ -286,26 +293,36 @@ def grad_rows(z, c0, target, cw, has_w, a, b, e, m, log_s, cap):
         hit = t >= 0 and t < n
         zt = row[t] if hit else row[0]
         ic = _ct(row, inv)
-        if has_w:
-            for k in range(n):
-                zk = row[k]
-                g = ar * exp_c((zk - mr) - lr) - er * cw[c0 + k]
-                if cap != 0.0:
-                    g *= 1 - (zk * ic) * (zk * ic)
-                row[k] = g
-        else:
-            for k in range(n):
-                zk = row[k]
-                g = ar * exp_c((zk - mr) - lr) - er
-                if cap != 0.0:
-                    g *= 1 - (zk * ic) * (zk * ic)
-                row[k] = g
+        _grad_row(row, n, c0, cw, has_w, ar, er, mr, lr, ic, cap != 0.0)
         if hit:
             wt = cw[c0 + t] if has_w else _ct(row, 1.0)
             g = ar * exp_c((zt - mr) - lr) - br - er * wt
             if cap != 0.0:
                 g *= 1 - (zt * ic) * (zt * ic)
             row[t] = g
+
+
+@njit(**_KW)
+def _grad_row(row, n, c0, cw, has_w, ar, er, mr, lr, ic, capped):
+    """``g_k = (a p_k - e w_k) (1 - (z_k / c)**2)`` over one row, in place
+    (the target's column is fixed by the caller)."""
+    wide_vectors()
+    if has_w:
+        if capped:
+            for k in range(n):
+                zk = row[k]
+                row[k] = (ar * exp_c((zk - mr) - lr) - er * cw[c0 + k]) * (
+                    1 - (zk * ic) * (zk * ic))
+        else:
+            for k in range(n):
+                row[k] = ar * exp_c((row[k] - mr) - lr) - er * cw[c0 + k]
+    elif capped:
+        for k in range(n):
+            zk = row[k]
+            row[k] = (ar * exp_c((zk - mr) - lr) - er) * (1 - (zk * ic) * (zk * ic))
+    else:
+        for k in range(n):
+            row[k] = ar * exp_c((row[k] - mr) - lr) - er
 
 
 @njit(**_PAR)
@@ -337,6 +354,7 @@ def prob_rows(x, y, cw, has_w, smoothing, out):
 
 @njit(**_SUM)
 def _prob_row(row, yr, n, mc, cw, has_w, keep, unif):
+    wide_vectors()
     acc = 0.0
     for k in range(n):
         q = keep * np.float64(load(yr, k)) + unif
@@ -348,6 +366,7 @@ def _prob_row(row, yr, n, mc, cw, has_w, keep, unif):
 
 @njit(**_SUM)
 def _prob_weight(yr, n, cw, has_w, keep, unif):
+    wide_vectors()
     acc = 0.0
     for k in range(n):
         q = keep * np.float64(load(yr, k)) + unif
