@@ -9,6 +9,8 @@ work that should hide behind them.
 Cases (N x H tokens, V classes, float32, ``--threads`` threads):
 
 * ``floor numpy`` / ``floor torch``: the three GEMMs, numpy's OpenBLAS / torch's.
+* ``numpy chunked GEMMs (rows 256)``: the fused schedule's three GEMMs on
+  256-row chunks, without the kernels (what chunking alone costs).
 * ``numpy fused (rows R)``: :func:`logsoftmax._linear_ce.forward` with
   ``grads=True`` and chunks of R token rows x all V (token chunking; the
   gradients are computed in the forward: three GEMMs), then ``backward``.
@@ -67,6 +69,21 @@ def make_case(name: str, n: int, h: int, v: int):
             z @ w
             z.T @ x
         return run
+    if name == "numpy chunked GEMMs (rows 256)":
+        from logsoftmax._linear_ce import NumpyOps
+
+        ops = NumpyOps()
+
+        def run():  # the fused schedule's three GEMMs alone, no kernels
+            g = np.empty((min(256, n), v), np.float32)
+            gx, gw = np.empty((n, h), np.float32), np.empty((v, h), np.float32)
+            for r in range(0, n, 256):
+                xr = x[r:r + 256]
+                z = g[: len(xr)]
+                ops.logits(xr, w, None, z)
+                ops.acc_gx(gx[r:r + 256], z, w, True)
+                ops.acc_gw(gw, z, xr, r == 0)
+        return run
     if name.startswith("numpy fused") or name.startswith("numpy recompute"):
         from logsoftmax import _linear_ce
 
@@ -116,7 +133,7 @@ def make_case(name: str, n: int, h: int, v: int):
 
 
 def cases(n, v):
-    names = ["floor numpy", "numpy fused (default)"]
+    names = ["floor numpy", "numpy chunked GEMMs (rows 256)", "numpy fused (default)"]
     names += [f"numpy fused (rows {r})" for r in (64, 256, 1024) if r < n]
     names += [f"numpy recompute (cols {c})" for c in (1024, 4096)]
     names += ["floor torch", "torch unfused", "torch chunked", "ours on torch"]
