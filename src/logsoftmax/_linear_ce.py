@@ -669,10 +669,11 @@ def forward_terms(p: Problem, ops, *, grads: bool = False, rows: Rows | None = N
     acc = _GradAcc(p, ops) if fused else None
     buf = ops.empty((min(r_chunk, max(n, 1)) * min(c_chunk, max(v, 1)),), cdt)
     w_cum = _weight_prefix(p, ops, cw, has_w)
+    cache: dict = {}
     for r0, r1, c0, c1 in _chunks(p):
         z = ops.chunk(buf, r1 - r0, c1 - c0)  # contiguous, for BLAS
         xr = ops.compute(p.x[r0:r1], cdt)
-        wc = ops.compute(p.w[c0:c1], cdt)
+        wc = _weight_chunk(p, ops, c0, c1, cache)
         bc = None if p.b is None else ops.compute(p.b[c0:c1], cdt)
         ops.logits(xr, wc, bc, z)
         ops.stats(z, p.cap, c0, tgt[r0:r1], cw, has_w, w_cum(c0), w_cum(c1) - w_cum(c0),
@@ -690,6 +691,19 @@ def forward_terms(p: Problem, ops, *, grads: bool = False, rows: Rows | None = N
     if fused:
         saved.grads = acc.finish()
     return ce, zl, saved
+
+
+def _weight_chunk(p: Problem, ops, c0: int, c1: int, cache: dict):
+    """``W[c0:c1]`` in the compute dtype. bfloat16/float16 weights are upcast
+    one class chunk at a time; when one chunk spans every class (token
+    chunking) the upcast copy is made once and reused by every token chunk
+    (one ``V x H`` float32 array, the size of ``grad_W``'s accumulator)."""
+    if c0 == 0 and c1 == p.v and p.v in cache:
+        return cache[p.v]
+    wc = ops.compute(p.w[c0:c1], p.cdt)
+    if c0 == 0 and c1 == p.v:
+        cache[p.v] = wc
+    return wc
 
 
 def _weight_prefix(p, ops, cw, has_w):
@@ -770,11 +784,12 @@ def _recompute_grads(grad_loss, saved: Saved, ops):
     buf = ops.empty((min(r_chunk, max(p.n, 1)) * min(c_chunk, max(p.v, 1)),), cdt)
     m_c, ls_c = ops.cast(saved.m, cdt), ops.cast(saved.log_s, cdt)
     lse = saved.m + saved.log_s
+    cache: dict = {}
     for r0, r1, c0, c1 in _chunks(p):
         sl = slice(r0, r1)
         z = ops.chunk(buf, r1 - r0, c1 - c0)  # contiguous, for BLAS
         xr = ops.compute(p.x[r0:r1], cdt)
-        wc = ops.compute(p.w[c0:c1], cdt)
+        wc = _weight_chunk(p, ops, c0, c1, cache)
         bc = None if p.b is None else ops.compute(p.b[c0:c1], cdt)
         ops.logits(xr, wc, bc, z)
         if p.cap:
