@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # 2 workers for the 2-core machine; override with `make test PYTEST_ARGS=...`
 PYTEST_ARGS ?= -n 2
 
-.PHONY: demo test test-slow test-all bench bench-all gpu-check clean
+.PHONY: demo drop-in test test-slow test-all bench bench-all gpu-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ demo: $(VENV)/.installed-demo
 	$(BIN)/python -m logsoftmax bench --quick
 	$(BIN)/python examples/train_digits.py --quick
 
+## drop-in: the PyTorch and JAX drop-in examples (same curves as torch / jax.nn; plots in docs/img)
+drop-in: $(VENV)/.installed-demo
+	$(BIN)/python examples/torch_drop_in.py
+	$(BIN)/python examples/jax_drop_in.py
+
 ## test: install the test extra and run the suite (slow cases excluded)
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
@@ -39,9 +44,10 @@ test-all: test test-slow
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_cpu.py
 
-## bench-all: every benchmark script (CPU, autograd, graph, dask); slow
+## bench-all: every benchmark script (CPU, autograd, adapters, graph, dask); slow
 bench-all: bench
 	$(BIN)/python benchmarks/bench_autograd.py
+	$(BIN)/python benchmarks/bench_adapters.py
 	$(BIN)/python benchmarks/bench_graph.py
 	$(BIN)/python benchmarks/bench_dask.py
 

@@ -4,7 +4,8 @@ One training step of ``in -> hidden -> relu -> 10`` with ``cross_entropy``
 and SGD with momentum, batch 256, float32, in four variants:
 
 - ``ours``:  logsoftmax Tensors, ``F.linear``/``relu``/``cross_entropy``,
-  ``loss.backward()``, ``nn.SGD`` (the library's autograd);
+  ``loss.backward()``, ``nn.SGD`` (the library's autograd; the optimizer
+  updates the arrays in place, as PyTorch's);
 - ``ours raw``: the same arithmetic written by hand on numpy arrays with the
   same kernels (BLAS matmuls, the fused log_softmax / softmax kernels): no
   graph, no Tensors. ``ours - ours raw`` is the engine's Python overhead;
@@ -17,13 +18,21 @@ raw, repeat) and medians reported, since the machine is shared. Threads are
 pinned (``--threads``, default 1) for both libraries: with tiny matrices a
 parallel region costs more than it saves.
 
-    python benchmarks/bench_autograd.py               # table (markdown)
+A second table splits a step of ``ours`` and ``torch`` into its phases
+(forward, ``zero_grad`` + ``backward``, optimizer), timed inside the same
+interleaved steps: where the difference is.
+
+    python benchmarks/bench_autograd.py               # tables; rewrites docs/performance.md's
+    python benchmarks/bench_autograd.py --quick       # fewer rounds, prints only
     python benchmarks/bench_autograd.py --repeat 50 --sizes 64,128,10 784,512,10
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+import time
+from pathlib import Path
 
 import numpy as np
 
@@ -164,6 +173,76 @@ def measure(sizes, batch: int, repeat: int, steps: int) -> dict[str, float]:
     return {name: s / steps for name, s in median_seconds(rounds, repeat).items()}
 
 
+def _phased(model_step):
+    """Wrap a (forward, backward, update) triple into a step recording the
+    seconds of each phase in ``step.times``."""
+    forward, backward, update = model_step
+    times = {"forward": [], "backward": [], "optimizer": []}
+
+    def step():
+        t0 = time.perf_counter()
+        loss = forward()
+        t1 = time.perf_counter()
+        backward(loss)
+        t2 = time.perf_counter()
+        update()
+        t3 = time.perf_counter()
+        times["forward"].append(t1 - t0)
+        times["backward"].append(t2 - t1)
+        times["optimizer"].append(t3 - t2)
+
+    step.times = times
+    return step
+
+
+def _ours_phases(sizes, x, t):
+    ps = [ls.tensor(p.copy(), requires_grad=True) for p in init(sizes)]
+    opt = nn.SGD(ps, lr=LR, momentum=MOMENTUM)
+    w1, b1, w2, b2 = ps
+
+    def backward(loss):
+        opt.zero_grad()
+        loss.backward()
+
+    return (lambda: F.cross_entropy(F.linear(F.relu(F.linear(x, w1, b1)), w2, b2), t),
+            backward, opt.step)
+
+
+def _torch_phases(sizes, x, t):
+    import torch
+
+    ps = [torch.tensor(p, requires_grad=True) for p in init(sizes)]
+    opt = torch.optim.SGD(ps, lr=LR, momentum=MOMENTUM)
+    xt, tt = torch.from_numpy(x), torch.from_numpy(t)
+    TF = torch.nn.functional
+    w1, b1, w2, b2 = ps
+
+    def backward(loss):
+        opt.zero_grad()
+        loss.backward()
+
+    return (lambda: TF.cross_entropy(TF.linear(TF.relu(TF.linear(xt, w1, b1)), w2, b2),
+                                     tt),
+            backward, opt.step)
+
+
+def phases(sizes, batch: int, repeat: int, steps: int) -> dict[str, dict[str, float]]:
+    """Median microseconds of each phase of a step, ours and torch, from
+    interleaved rounds of ``steps`` steps (one warm-up round excluded)."""
+    x, t = make_data(sizes[0], sizes[-1], batch)
+    runs = {"ours": _phased(_ours_phases(sizes, x, t)),
+            "torch": _phased(_torch_phases(sizes, x, t))}
+    for r in range(repeat + 1):
+        for step in runs.values():
+            if r == 1:  # drop the warm-up round
+                for v in step.times.values():
+                    v.clear()
+            for _ in range(steps):
+                step()
+    return {name: {ph: statistics.median(v) * 1e6 for ph, v in step.times.items()}
+            for name, step in runs.items()}
+
+
 def count_nodes(sizes, batch: int) -> int:
     """Ops dispatched in one steady-state step: forward, backward and the
     optimizer (the second step: the first has no momentum buffers yet)."""
@@ -190,6 +269,30 @@ def count_nodes(sizes, batch: int) -> int:
     return calls
 
 
+BEGIN = "<!-- bench_autograd.py:begin -->"
+END = "<!-- bench_autograd.py:end -->"
+DOC = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
+
+
+def write_doc(lines: list[str]) -> None:
+    """Replace the block between BEGIN and END in docs/performance.md."""
+    text = DOC.read_text()
+    block = "\n".join([BEGIN, *lines, END])
+    if BEGIN in text and END in text:
+        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    DOC.write_text(text)
+    print(f"wrote {DOC.name}")
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="autograd step time vs PyTorch")
     p.add_argument("--batch", type=int, default=256)
@@ -197,7 +300,11 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=20, help="steps per timed round")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--sizes", nargs="+", default=["64,128,10", "784,512,10"])
+    p.add_argument("--quick", action="store_true",
+                   help="7 rounds of 5 steps; print only (no docs)")
     args = p.parse_args(argv)
+    if args.quick:
+        args.repeat, args.steps = 7, 5
     import numba
     import torch
 
@@ -209,22 +316,44 @@ def main(argv=None) -> int:
         threadpool_limits(args.threads)
     except ImportError:
         print("threadpoolctl not installed: BLAS threads not pinned")
-    print(f"batch {args.batch}, float32, {args.threads} thread(s), median of "
-          f"{args.repeat} interleaved rounds x {args.steps} steps; torch "
-          f"{torch.__version__}, numpy {np.__version__}\n")
-    print("| MLP | ours ms | torch ms | ours/torch | ours raw ms | torch raw ms "
-          "| ours kernel share | torch kernel share | ours overhead us/op |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for spec in args.sizes:
-        sizes = [int(s) for s in spec.split(",")]
+    out = [f"{cpu_model()}; batch {args.batch}, float32, {args.threads} thread(s), "
+           f"median of {args.repeat} interleaved rounds x {args.steps} steps; torch "
+           f"{torch.__version__}, numpy {np.__version__}. "
+           "`python benchmarks/bench_autograd.py`", ""]
+    print(out[0] + "\n")
+
+    def emit(line: str) -> None:
+        out.append(line)
+        print(line, flush=True)
+
+    emit("| MLP | ours ms | torch ms | ours/torch | ours raw ms | torch raw ms "
+         "| ours kernel share | torch kernel share | ours overhead us/op |")
+    emit("|---|---|---|---|---|---|---|---|---|")
+    specs = [[int(s) for s in spec.split(",")] for spec in args.sizes]
+    for sizes in specs:
         m = measure(sizes, args.batch, args.repeat, args.steps)
         n_ops = count_nodes(sizes, args.batch)
         over = (m["ours"] - m["ours raw"]) / n_ops * 1e6
-        print(f"| {'-'.join(map(str, sizes))} | {m['ours'] * 1e3:.3f} | "
-              f"{m['torch'] * 1e3:.3f} | {m['ours'] / m['torch']:.2f} | "
-              f"{m['ours raw'] * 1e3:.3f} | {m['torch raw'] * 1e3:.3f} | "
-              f"{m['ours raw'] / m['ours']:.0%} | {m['torch raw'] / m['torch']:.0%} | "
-              f"{over:.1f} ({n_ops} ops) |", flush=True)
+        emit(f"| {'-'.join(map(str, sizes))} | {m['ours'] * 1e3:.3f} | "
+             f"{m['torch'] * 1e3:.3f} | {m['ours'] / m['torch']:.2f} | "
+             f"{m['ours raw'] * 1e3:.3f} | {m['torch raw'] * 1e3:.3f} | "
+             f"{m['ours raw'] / m['ours']:.0%} | {m['torch raw'] / m['torch']:.0%} | "
+             f"{over:.1f} ({n_ops} ops) |")
+    emit("")
+    emit("Per phase (us per step, ours / torch):")
+    emit("")
+    emit("| MLP | forward | zero_grad + backward | optimizer | step |")
+    emit("|---|---|---|---|---|")
+    for sizes in specs:
+        ph = phases(sizes, args.batch, args.repeat, args.steps)
+        cells = [f"{ph['ours'][k]:.0f} / {ph['torch'][k]:.0f}"
+                 for k in ("forward", "backward", "optimizer")]
+        total = {n: sum(ph[n].values()) for n in ph}
+        emit(f"| {'-'.join(map(str, sizes))} | {' | '.join(cells)} | "
+             f"{total['ours']:.0f} / {total['torch']:.0f} "
+             f"({total['ours'] / total['torch']:.2f}x) |")
+    if not args.quick:
+        write_doc(out)
     return 0
 
 

@@ -270,6 +270,53 @@ def test_fan_out_and_shared_leaf():
     np.testing.assert_allclose(x.grad.numpy(), 2 * x.data + 2)
 
 
+def test_grad_never_aliases_memory_someone_else_holds():
+    """The engine adopts a freshly computed gradient as ``.grad`` without a
+    copy, but copies a caller's array, a view, or an array a second leaf
+    already took."""
+    g_user = _x((2, 3), np.float64, seed=1)
+    x = ls.tensor(_x((2, 3), np.float64), requires_grad=True)
+    x.backward(g_user)  # the leaf is the root: .grad must not be g_user
+    assert not np.shares_memory(x.grad.data, g_user)
+    x.grad = None
+    y = x.reshape(6)
+    y.backward(ls.tensor(g_user.reshape(6)))  # a view of the caller's array
+    assert not np.shares_memory(x.grad.data, g_user)
+    a = ls.tensor(_x((3,), np.float64), requires_grad=True)
+    b = ls.tensor(_x((3,), np.float64, seed=2), requires_grad=True)
+    (a + b).backward(g_user[0])  # one gradient array for both leaves
+    assert not np.shares_memory(a.grad.data, b.grad.data)
+    assert not np.shares_memory(a.grad.data, g_user) and not np.shares_memory(
+        b.grad.data, g_user
+    )
+    w = ls.tensor(_x((4, 3), np.float64), requires_grad=True)
+    F.linear(ls.tensor(_x((5, 3), np.float64)), w).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), np.ones((5, 4)).T @ _x((5, 3), np.float64))
+
+
+def test_sgd_updates_in_place_like_pytorch():
+    """v = m v + g (v = a copy of g first), p -= lr v; the momentum buffer is
+    the optimizer's own (changing .grad afterwards does not touch it)."""
+    p = ls.tensor(np.array([1.0, -2.0, 3.0]), requires_grad=True)
+    opt = ls.nn.SGD([p], lr=0.5, momentum=0.9, weight_decay=0.1)
+    v, ref = np.zeros(3), p.data.copy()
+    for k in range(3):
+        (p * p).sum().backward()
+        g = 2 * ref + 0.1 * ref
+        v = g if k == 0 else 0.9 * v + g
+        ref = ref - 0.5 * v
+        opt.step()
+        p.grad.data[...] = 1e9  # mutating the gradient must not reach the buffer
+        opt.zero_grad()
+        np.testing.assert_allclose(p.data, ref, rtol=1e-15)
+    q = ls.tensor(np.ones(4, ls.bfloat16), requires_grad=True)
+    opt = ls.nn.SGD([q], lr=0.25, momentum=0.5)
+    (q * q).sum().backward()
+    opt.step()
+    assert q.dtype == ls.bfloat16
+    np.testing.assert_array_equal(q.data.astype(np.float32), np.full(4, 0.5))
+
+
 def test_second_backward_needs_retain_graph():
     x = ls.tensor(_x((2, 3)), requires_grad=True)
     loss = F.log_softmax(x, 1).sum()

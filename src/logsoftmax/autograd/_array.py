@@ -216,8 +216,22 @@ def _index(target, axis: int):
     return expand_at(target, axis)
 
 
+def _rows(a, target, axis: int):
+    """Fancy-index tuple picking ``target`` per row of a 2-D numpy ``a``
+    along axis 1 (one C call, where ``*_along_axis`` costs ~10 us of Python
+    per call at 256 x 10), or None for any other case."""
+    if axis == 1 and a.ndim == 2 and isinstance(a, np.ndarray) and isinstance(
+        target, np.ndarray
+    ):
+        return np.arange(a.shape[0]), target
+    return None
+
+
 def gather(a, target, axis: int):
     """``a[..., target, ...]`` along the class ``axis``: shape ``target.shape``."""
+    rows = _rows(a, target, axis)
+    if rows is not None:
+        return a[rows]
     idx = _index(target, axis)
     if is_torch_tensor(a):
         import torch
@@ -255,6 +269,10 @@ def scatter_sub_(a, values, target, axis: int):
         from ..backends.dask import scatter_sub
 
         return scatter_sub(a, values, target, axis)
+    rows = _rows(a, target, axis)
+    if rows is not None:  # one write per row: no collisions
+        a[rows] -= values.astype(a.dtype, copy=False)
+        return a
     idx = _index(target, axis)
     vals = expand_at(values, axis)
     if is_torch_tensor(a):
@@ -273,6 +291,10 @@ def check_targets(target, ignored, num_classes: int, fn: str) -> None:
         if bool(ignored):
             return
         valid = target.reshape(1)
+    elif isinstance(target, np.ndarray) and target.size and (
+        0 <= target.min() and target.max() < num_classes
+    ):
+        return  # every index in range, ignored or not: no mask needed
     else:
         valid = target[~ignored]
     if int(np.prod(valid.shape)) == 0:
@@ -285,3 +307,4 @@ def check_targets(target, ignored, num_classes: int, fn: str) -> None:
             f"{num_classes} classes; expected indices in [0, {num_classes}) or "
             "ignore_index"
         )
+

@@ -221,7 +221,8 @@ class _ClassLoss(Function):
         )
 
     def promote(self, dts):
-        return [_float_only(dts[:1])[0], None]
+        first = _float_only(dts[:1])
+        return None if first is None else [first[0], None]
 
 
 @register(_schema("nll_loss", AmpPolicy.FORCE_FP32, 2))
@@ -320,7 +321,9 @@ class CrossEntropyGrad(Function):
     def compute(self, g, y):
         plan, dt = self.plan, _array.dtype_of(y)
         a = plan.per_row(g)
-        p = _api.softmax(y, plan.axis, dtype=plan.cd)  # fused, accumulation dtype
+        # fused, in the accumulation dtype (``dtype=`` only where it differs:
+        # the front door's fast path takes the plain call)
+        p = _api.softmax(y, plan.axis, dtype=None if plan.cd == dt else plan.cd)
         p *= _array.expand_at(a, plan.axis)
         p = _array.scatter_sub_(p, a, plan.safe, plan.axis)
         return _array.astype(p, dt)

@@ -91,7 +91,10 @@ def _schema(name, policy, arity=1, deterministic=True):
 
 
 def _float_only(dts):
-    """Promote integer/bool inputs to float32 (API.md section 1)."""
+    """Promote integer/bool inputs to float32 (API.md section 1); None when
+    every input is floating already."""
+    if all(dt is None or dt in dtypes.SUPPORTED for dt in dts):
+        return None
     return [
         None if dt is None or dt in dtypes.SUPPORTED else dtypes.result_dtype(dt)
         for dt in dts
@@ -99,9 +102,15 @@ def _float_only(dts):
 
 
 def _common(dts):
-    """Cast every present input to their common (promoted) dtype."""
+    """Cast every present input to their common (promoted) dtype; None when
+    they share one already."""
+    first = dts[0]
+    if first is not None and all(dt is first or dt is None for dt in dts):
+        return None  # the common case, without promotion rules
     present = [dt for dt in dts if dt is not None]
     common = _array.result_dtype(*present)
+    if all(dt == common for dt in present):
+        return None
     return [None if dt is None else common for dt in dts]
 
 
@@ -270,6 +279,8 @@ def _matmul_shapes(fn, a_shape, b_shape, a_name="a", b_name="b"):
             f"dimension {a_shape[-1]} != {b_name}'s "
             f"{'second-to-last' if len(b_shape) > 1 else 'only'} dimension {k_b}"
         )
+    if len(a_shape) <= 2 and len(b_shape) <= 2:
+        return  # no batch dimensions to broadcast
     try:
         np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
     except ValueError:
@@ -345,7 +356,7 @@ class Linear(Function):
     def compute(self, x, w, b):
         y = _array.matmul(x, _array.swap_last(w))
         if b is not None:
-            y = y + b
+            y += b  # into the fresh product: one pass and no second (N, out) array
         return y
 
     def backward(self, g):
@@ -367,14 +378,15 @@ class Linear(Function):
 # ===========================================================================
 class _Binary(Function):
     def prepare(self, a, b):
-        self.shapes = (a.shape, b.shape)
-        if a.shape == b.shape or not a.shape or not b.shape:  # the common cases
+        sa, sb = tuple(a.data.shape), tuple(b.data.shape)
+        self.shapes = (sa, sb)
+        if sa == sb or not sa or not sb:  # the common cases
             return
         try:
-            np.broadcast_shapes(a.shape, b.shape)
+            np.broadcast_shapes(sa, sb)
         except ValueError:
             raise ValueError(
-                f"{self.schema.name}: operands of shapes {a.shape} and {b.shape} "
+                f"{self.schema.name}: operands of shapes {sa} and {sb} "
                 "do not broadcast together"
             ) from None
 
@@ -422,7 +434,8 @@ class Div(_Binary):
     saved_fields = ("inputs",)
 
     def promote(self, dts):
-        return _float_only(_common(dts))
+        common = _common(dts)
+        return _float_only(dts if common is None else common) or common
 
     def compute(self, a, b):
         return a / b
@@ -534,6 +547,8 @@ def _infer_shape(in_shape, shape) -> tuple[int, ...]:
 
 @register(_schema("reshape", KEEP))
 class Reshape(Function):
+    fresh = False  # a view
+
     def prepare(self, a, *, shape):
         self.in_shape = a.shape
         self.shape = _infer_shape(a.shape, shape)
@@ -547,6 +562,8 @@ class Reshape(Function):
 
 @register(_schema("transpose", KEEP))
 class Transpose(Function):
+    fresh = False  # a view
+
     def prepare(self, a):
         if a.ndim < 2:
             raise ValueError(
@@ -562,6 +579,8 @@ class Transpose(Function):
 
 @register(_schema("sum_to", KEEP))
 class SumTo(Function):
+    fresh = False  # may return its input when nothing is summed
+
     def prepare(self, a, *, shape):
         self.in_shape, self.shape = a.shape, tuple(shape)
 
@@ -574,6 +593,8 @@ class SumTo(Function):
 
 @register(_schema("broadcast_to", KEEP))
 class BroadcastTo(Function):
+    fresh = False  # a read-only view
+
     def prepare(self, a, *, shape):
         self.in_shape, self.shape = a.shape, tuple(shape)
 

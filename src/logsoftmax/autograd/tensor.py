@@ -95,7 +95,7 @@ class Tensor:
     """
 
     __slots__ = ("data", "_requires_grad", "_grad", "_grad_fn", "_retains_grad",
-                 "__weakref__")
+                 "_fresh", "__weakref__")
     # ndarray (op) Tensor must defer to the Tensor's reflected operator.
     __array_ufunc__ = None
 
@@ -105,24 +105,31 @@ class Tensor:
         self._grad_fn = None
         self._retains_grad = False
         self._requires_grad = False
+        self._fresh = False
         self.requires_grad = requires_grad
 
     @classmethod
-    def _make(cls, data, grad_fn=None) -> "Tensor":
-        """Wrap an op result without validation (the dispatcher's constructor)."""
+    def _make(cls, data, grad_fn=None, fresh: bool = False) -> "Tensor":
+        """Wrap an op result without validation (the dispatcher's constructor).
+
+        ``fresh``: ``data`` was just allocated by an op and nothing else holds
+        it, so the engine may adopt it as a leaf's ``.grad`` without a copy.
+        """
         t = cls.__new__(cls)
         t.data = data
         t._grad = None
         t._grad_fn = grad_fn
         t._retains_grad = False
         t._requires_grad = grad_fn is not None
+        t._fresh = fresh
         return t
 
     # -- metadata ------------------------------------------------------------
     @property
     def dtype(self) -> np.dtype:
         """The numpy dtype of the elements."""
-        return _array.dtype_of(self.data)
+        dt = self.data.dtype
+        return dt if isinstance(dt, np.dtype) else _array.dtype_of(self.data)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -377,9 +384,11 @@ def _check_roots(roots, grads, fn: str):
                     f"{fn}: grad can be omitted only for a one-element output; this "
                     f"output has shape {t.shape}, so pass grad= an array of that shape"
                 )
-            g = Tensor._make(_array.ones_like(t.data))
+            g = Tensor._make(_array.ones_like(t.data), fresh=True)
         else:
             g = as_tensor(g)
+            if g._fresh:  # the caller holds it: the engine must not adopt it
+                g = Tensor._make(g.data)
             if g.shape != t.shape:
                 raise ValueError(
                     f"{fn}: grad has shape {g.shape}, expected the output's shape "
@@ -413,13 +422,17 @@ class Function(Node):
     schema: ClassVar["OpSchema"]
     #: keep the (cast) input Tensors in ``self.inputs`` for ``backward``
     keep_inputs: ClassVar[bool] = False
+    #: ``compute`` returns a new array that aliases no input (False for views:
+    #: reshape, transpose, broadcast); see :meth:`Tensor._make`
+    fresh: ClassVar[bool] = True
     inputs: list["Tensor | None"] | None = None
 
     def prepare(self, *inputs: "Tensor | None") -> None:
         """Validate the inputs and store the op's attributes (keyword args)."""
 
     def promote(self, dts: list) -> list | None:
-        """Per-input dtypes the op itself needs (e.g. a common dtype), or None."""
+        """Per-input dtypes the op itself needs (e.g. a common dtype), or None
+        when every input already has the dtype the op computes in."""
         return None
 
     def compute(self, *arrays):  # pragma: no cover - abstract
@@ -451,6 +464,19 @@ def _coerce(x, ref_dtype) -> Tensor | None:
     return Tensor(x)
 
 
+def _tensors(inputs: tuple) -> list:
+    """The inputs as Tensors (or None): arrays become constants, Python
+    scalars 0-d arrays of the first Tensor input's dtype. Inputs that are
+    all Tensors already (every call a gradient rule makes) pass untouched."""
+    for x in inputs:
+        if x is not None and not isinstance(x, Tensor):
+            break
+    else:
+        return list(inputs)
+    ref = next((x.dtype for x in inputs if isinstance(x, Tensor)), None)
+    return [_coerce(x, ref) for x in inputs]
+
+
 def cast(t: Tensor, dtype) -> Tensor:
     """``t`` as ``dtype`` through the recorded ``cast`` op (identity if equal)."""
     if t.dtype == dtype:
@@ -459,33 +485,46 @@ def cast(t: Tensor, dtype) -> Tensor:
 
 
 def dispatch(cls: type[Function], inputs: tuple, attrs: dict[str, Any]) -> Tensor:
-    """Run op ``cls`` on ``inputs`` with keyword ``attrs``; see module docstring."""
-    ref = next((x.dtype for x in inputs if isinstance(x, Tensor)), None)
-    tensors = [_coerce(x, ref) for x in inputs]
-    node = cls()
+    """Run op ``cls`` on ``inputs`` with keyword ``attrs``; see module docstring.
 
+    Every op call, forward or inside a gradient rule, comes through here, so
+    the path is kept short (measured in docs/performance.md, "Autograd per
+    step"): the AMP rule is only consulted while an autocast is active, an
+    op's ``promote`` returns None when no input needs a cast, and the edges
+    are built in one loop only when the result is recorded.
+    """
+    tensors = _tensors(inputs)
+    node = cls()
     dts = [None if t is None else t.dtype for t in tensors]
-    want = amp.cast_dtypes(cls.schema.amp_policy, dts)  # the AMP rule, for every op
-    promoted = node.promote(dts)
-    for i, t in enumerate(tensors):
-        dt = want[i] or (promoted[i] if promoted is not None else None)
-        if dt is not None and dt != dts[i]:
-            tensors[i] = cast(t, dt)
+    casts = node.promote(dts)
+    if amp.get_autocast_dtype() is not None:  # the AMP rule, for every op
+        want = amp.cast_dtypes(cls.schema.amp_policy, dts)
+        casts = [w or (casts[i] if casts else None) for i, w in enumerate(want)]
+    if casts is not None:
+        for i, dt in enumerate(casts):
+            if dt is not None and dt != dts[i]:
+                tensors[i] = cast(tensors[i], dt)
+                dts[i] = dt
     node.prepare(*tensors, **attrs)
     node.inputs = tensors
     out = node.compute(*[None if t is None else t.data for t in tensors])
     if isinstance(out, np.generic):  # numpy reductions return scalars, not 0-d arrays
         out = np.asarray(out)
-
-    record = is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in tensors
-    )
+    if not is_grad_enabled():
+        return Tensor._make(out, fresh=cls.fresh)
+    edges, record = [], False
+    for t in tensors:
+        if t is None or not t._requires_grad:
+            edges.append(None)
+        else:
+            edges.append(t._grad_fn or t)
+            record = True
     if not record:
-        return Tensor._make(out)
-    node.next_functions = tuple(
-        None if t is None or not t.requires_grad else (t.grad_fn or t) for t in tensors
+        return Tensor._make(out, fresh=cls.fresh)
+    node.next_functions = tuple(edges)
+    node.input_meta = tuple(
+        None if t is None else (t.data.shape, dt) for t, dt in zip(tensors, dts)
     )
-    node.input_meta = tuple(None if t is None else (t.shape, t.dtype) for t in tensors)
     if not node.keep_inputs:
         node.inputs = None
     return Tensor._make(out, grad_fn=node)

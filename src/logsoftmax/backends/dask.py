@@ -116,6 +116,15 @@ def _one_kernel_thread(fn):
     return wrapper
 
 
+def _accurate(dtype, n: int, backward: bool = False) -> bool:
+    """The cpu kernels' precision choice for a result of ``dtype`` over rows
+    of ``n`` (float32 results of short rows compute in float64 terms)."""
+    from .cpu import segment  # deferred: imports numba
+
+    limit = segment.SHORT_BACKWARD if backward else segment.SHORT
+    return np.dtype(dtype) == np.float32 and n <= limit
+
+
 def _name(op: Op) -> str:
     """The op's function name: ``log_softmax`` or ``softmax``."""
     return op.name.lower()
@@ -162,6 +171,25 @@ def _lse_partial(x: np.ndarray, axis, keepdims: bool, *, kernel: str) -> np.ndar
     return out
 
 
+def _fused(kernel: str, method: str):
+    """The kernel backend's fused block method (the cpu backend's
+    :meth:`block_stats` ...), or None: the numpy steps below then run."""
+    return getattr(get_backend(kernel), method, None)
+
+
+def _stats_partial(x: np.ndarray, axis, keepdims: bool, *, kernel: str, accurate: bool):
+    """Phase 1 of the forward: :func:`_lse_partial`, fused into one pass of
+    the kernel backend where it can (a row block of float32-compute data)."""
+    fused = _fused(kernel, "block_stats")
+    stats = fused(x, axis[0], accurate) if fused is not None and len(axis) == 1 else None
+    if stats is None:
+        return _lse_partial(x, axis, keepdims, kernel=kernel)
+    out = np.empty(_kept_shape(x.shape, tuple(axis)), STATS_DTYPE)
+    out["m"] = np.expand_dims(stats[0], axis[0])
+    out["s"] = np.expand_dims(stats[1], axis[0])
+    return out
+
+
 def _lse_merge(p: np.ndarray, axis, keepdims: bool) -> np.ndarray:
     """Combine partials along ``axis``: M = max m_b, S = sum s_b exp(m_b - M)."""
     axes = tuple(axis)
@@ -199,9 +227,15 @@ def _row_terms(st: np.ndarray, axis: int, ct: np.dtype):
 
 
 def _forward_apply(
-    x: np.ndarray, st: np.ndarray, *, op: Op, axis: int, dtype
+    x: np.ndarray, st: np.ndarray, *, op: Op, axis: int, dtype, kernel: str, accurate: bool
 ) -> np.ndarray:
-    """Phase 2 forward on one block: ``(x - M) - log S`` or ``exp(x - M) / S``."""
+    """Phase 2 forward on one block: ``(x - M) - log S`` or ``exp(x - M) / S``
+    (one fused pass of the kernel backend where it can)."""
+    fused = _fused(kernel, "block_forward")
+    if fused is not None:
+        y = fused(op, x, axis, dtype, st["m"], st["s"], accurate)
+        if y is not None:
+            return y
     y = _widen(x)
     big_m, log_s, big_s = _row_terms(st, axis, y.dtype)
     with np.errstate(all="ignore"):
@@ -215,11 +249,16 @@ def _forward_apply(
 
 
 def _sum_partial(
-    diff_dst: np.ndarray, dst: np.ndarray, *, op: Op, axis: int
+    diff_dst: np.ndarray, dst: np.ndarray, *, op: Op, axis: int, kernel: str
 ) -> np.ndarray:
     """Phase 1 backward on one block: row sums of ``diff_dst`` or of
     ``diff_dst * dst`` in float64 (long double for float64 data), where the
-    products of f32/bf16/f16 values are exact."""
+    products of f32/bf16/f16 values are exact (one fused pass where it can)."""
+    fused = _fused(kernel, "block_grad_sums")
+    if fused is not None:
+        sums = fused(op, diff_dst, dst, axis)
+        if sums is not None:
+            return np.expand_dims(sums, axis)
     wide = np.longdouble if np.dtype(diff_dst.dtype) == np.float64 else np.float64
     with np.errstate(all="ignore"):
         dd = diff_dst.astype(wide)
@@ -236,11 +275,19 @@ def _backward_apply(
     op: Op,
     axis: int,
     dtype,
+    kernel: str,
+    accurate: bool,
 ) -> np.ndarray:
     """Phase 2 backward on one block, one precision above the data (float64,
     long double for float64), rounded once: ``diff_dst - exp(dst) * S``
     cancels, and in the data's own precision the rounding of ``exp(dst) * S``
-    alone cost up to 14 eps (float64, rows of 50)."""
+    alone cost up to 14 eps (float64, rows of 50). The kernel backend's
+    fused pass where it can (its accurate path is float64 as well)."""
+    fused = _fused(kernel, "block_backward")
+    if fused is not None:
+        g = fused(op, diff_dst, dst, axis, dtype, row_sum, accurate)
+        if g is not None:
+            return g
     wide = np.longdouble if np.dtype(diff_dst.dtype) == np.float64 else np.float64
     s = np.expand_dims(row_sum, axis).astype(wide)
     dd = diff_dst.astype(wide)
@@ -368,9 +415,13 @@ class DaskBackend(Backend):
             return x.map_blocks(
                 fn, dtype=dtype, meta=meta, token=f"{_name(op)}-block"
             )
-        stats = self._row_stats(x, (axis,))
+        accurate = _accurate(dtype, x.shape[axis])
+        stats = self._row_stats(x, (axis,), accurate=accurate)
         index = tuple(range(x.ndim))
-        fn = partial(_forward_apply, op=op, axis=axis, dtype=dtype)
+        fn = partial(
+            _forward_apply, op=op, axis=axis, dtype=dtype, kernel=self.kernel,
+            accurate=accurate,
+        )
         return da.blockwise(
             fn,
             index,
@@ -383,14 +434,20 @@ class DaskBackend(Backend):
             token=f"{_name(op)}-apply",
         )
 
-    def _row_stats(self, x, axes: tuple[int, ...], keepdims: bool = False):
-        """Lazy merged ``(M, S)`` over ``axes``, combined in a tree."""
+    def _row_stats(self, x, axes: tuple[int, ...], keepdims: bool = False, accurate=None):
+        """Lazy merged ``(M, S)`` over ``axes``, combined in a tree (the
+        forward's fused phase 1 when ``accurate`` is given, else the
+        logsumexp partials, which keep NaN over ``+inf``)."""
         import dask.array as da
 
         ndim = x.ndim if keepdims else x.ndim - len(axes)
+        if accurate is None:
+            chunk = partial(_lse_partial, kernel=self.kernel)
+        else:
+            chunk = partial(_stats_partial, kernel=self.kernel, accurate=accurate)
         return da.reduction(
             x,
-            chunk=partial(_lse_partial, kernel=self.kernel),
+            chunk=chunk,
             combine=_lse_merge,
             aggregate=_lse_merge,
             axis=axes,
@@ -426,7 +483,7 @@ class DaskBackend(Backend):
             (1,) * len(c) if i == axis else c for i, c in enumerate(diff_dst.chunks)
         )
         sums = da.map_blocks(
-            partial(_sum_partial, op=op, axis=axis),
+            partial(_sum_partial, op=op, axis=axis, kernel=self.kernel),
             diff_dst,
             dst,
             chunks=partial_chunks,
@@ -436,7 +493,10 @@ class DaskBackend(Backend):
         )
         row_sum = sums.sum(axis=axis, split_every=self.split_every)
         index = tuple(range(diff_dst.ndim))
-        fn = partial(_backward_apply, op=op, axis=axis, dtype=dtype)
+        fn = partial(
+            _backward_apply, op=op, axis=axis, dtype=dtype, kernel=self.kernel,
+            accurate=_accurate(dtype, diff_dst.shape[axis], backward=True),
+        )
         return da.blockwise(
             fn,
             index,

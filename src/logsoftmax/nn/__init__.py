@@ -1,8 +1,8 @@
 """Just enough of a neural-network toolkit to train a small classifier.
 
 Layers are written with the library's own differentiable ops
-(:mod:`logsoftmax.nn.functional`); the optimizer updates parameters with
-Tensor ops under :func:`~logsoftmax.no_grad`.
+(:mod:`logsoftmax.nn.functional`); the optimizer updates the parameters'
+arrays in place (it is not differentiated).
 
 >>> import numpy as np, logsoftmax as ls
 >>> from logsoftmax import nn
@@ -20,7 +20,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from .. import dtypes
-from ..autograd import Tensor, no_grad, tensor
+from ..autograd import Tensor, _array, tensor
 from . import functional
 
 __all__ = ["functional", "Module", "Linear", "ReLU", "Sequential", "SGD"]
@@ -110,21 +110,33 @@ class SGD:
         if not 0 <= momentum < 1:
             raise ValueError(f"SGD: momentum={momentum!r}, expected a value in [0, 1)")
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
-        self._velocity: list[Tensor | None] = [None] * len(self.params)
+        self._velocity: list = [None] * len(self.params)  # momentum arrays
 
     def step(self) -> None:
-        """Update every parameter that has a gradient."""
-        with no_grad():
-            for i, p in enumerate(self.params):
-                g = p.grad
-                if g is None:
-                    continue
-                if self.weight_decay:
-                    g = g + p * self.weight_decay
-                if self.momentum:
-                    v = self._velocity[i]
-                    g = self._velocity[i] = g if v is None else v * self.momentum + g
-                p.data = (p - g * self.lr).data
+        """Update every parameter that has a gradient, in place, as PyTorch's
+        SGD does: an optimizer is not differentiated, so it works on the
+        arrays, not through recorded ops (16 dispatched Tensor ops per step
+        for a two-layer MLP cost more than its forward; measured in
+        docs/performance.md, "Autograd per step"). The momentum buffer starts
+        as a copy of the first gradient and is updated in place, the
+        parameter's array too (``p.data -= lr * v``; immutable arrays such as
+        dask's are rebound instead)."""
+        for i, p in enumerate(self.params):
+            grad = p._grad
+            if grad is None:
+                continue
+            g = grad.data
+            if self.weight_decay:
+                g = g + p.data * _array.scalar_like(self.weight_decay, p.dtype)
+            if self.momentum:
+                v = self._velocity[i]
+                if v is None:
+                    v = _array.copy(g)
+                else:
+                    v *= _array.scalar_like(self.momentum, p.dtype)
+                    v += g
+                self._velocity[i] = g = v
+            p.data -= g * _array.scalar_like(self.lr, p.dtype)
 
     def zero_grad(self) -> None:
         """Reset every parameter's ``.grad`` to None."""

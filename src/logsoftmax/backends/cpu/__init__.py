@@ -283,7 +283,7 @@ class CpuBackend(Backend):
             axis,
         )
         n1, n2, n, ni = lay.dims
-        accurate = dtype == _F32 and n <= segment.SHORT
+        accurate = dtype == _F32 and n <= segment.SHORT_BACKWARD
         size = diff_dst.size
 
         if lay.inner:
@@ -411,6 +411,77 @@ class CpuBackend(Backend):
 
         return run
 
+    # -- per-block pieces of a split axis (the dask backend's plan) -----------
+    # A block holds a segment of each row; its statistics are merged across
+    # blocks by the caller (online-softmax rule, float64), then pass 2 runs
+    # per block. Fused here: one pass each instead of numpy's widen / max /
+    # subtract / exp / sum passes. Row blocks (axis unit-stride, float32
+    # compute) only; anything else returns None and the caller uses numpy.
+    def _block_layout(self, arrays, axis):
+        if any(a.dtype == _F64 or not strides_ok(a) for a in arrays):
+            return None
+        lay = layout(arrays[0].shape, [a.strides for a in arrays], [a.itemsize for a in arrays], axis)
+        if lay.inner or lay.loops or not lay.unit_rows:
+            return None
+        return lay
+
+    def block_stats(self, x, axis: int, accurate: bool):
+        """``(m, s)``: float64 arrays of ``x``'s shape without ``axis``: each
+        row segment's max and sum of ``exp(x - max)``, or None (unsupported
+        layout). ``accurate``: float64 terms (:mod:`.segment`)."""
+        lay = self._block_layout([x], axis)
+        if lay is None or x.size == 0:
+            return None
+        split = _k()[2]
+        rows_shape = x.shape[:axis] + x.shape[axis + 1 :]
+        m, s = np.empty(rows_shape), np.empty(rows_shape)
+        (xb,) = lay.buffers([x])
+        split.block_stats(xb, lay.g, accurate, m.reshape(-1), s.reshape(-1))
+        return m, s
+
+    def block_forward(self, op, x, axis: int, dtype, m, s, accurate: bool):
+        """Pass 2 of a block given each row's merged ``(m, s)`` (float64,
+        ``x``'s shape without ``axis``); None for an unsupported layout."""
+        res = alloc.empty_like(x, dtype)
+        lay = self._block_layout([x, res], axis)
+        if lay is None or x.size == 0:
+            return None
+        split = _k()[2]
+        rows_, _, _, f64, segment = _k()
+        m = np.ascontiguousarray(m, np.float64).reshape(-1)
+        s = np.ascontiguousarray(s, np.float64).reshape(-1)
+        with np.errstate(all="ignore"):
+            inv = 1.0 / s
+        lg = np.empty_like(s)
+        _log_rows(s, lg)
+        xb, ob = lay.buffers([x, res])
+        split.block_apply(xb, ob, lay.g, int(op), accurate, m, lg, inv)
+        return res
+
+    def block_grad_sums(self, op, diff_dst, dst, axis: int):
+        """float64 row sums of ``diff_dst`` (or ``diff_dst * dst``), of the
+        shape without ``axis``; None for an unsupported layout."""
+        lay = self._block_layout([diff_dst, dst], axis)
+        if lay is None or diff_dst.size == 0:
+            return None
+        split = _k()[2]
+        out = np.empty(diff_dst.shape[:axis] + diff_dst.shape[axis + 1 :])
+        db, yb = lay.buffers([diff_dst, dst])
+        split.block_grad_sums(db, yb, lay.g, int(op), out.reshape(-1))
+        return out
+
+    def block_backward(self, op, diff_dst, dst, axis: int, dtype, s, accurate: bool):
+        """Pass 2 of the backward on a block given each row's total ``s``."""
+        res = alloc.empty_like(diff_dst, dtype)
+        lay = self._block_layout([diff_dst, dst, res], axis)
+        if lay is None or diff_dst.size == 0:
+            return None
+        split = _k()[2]
+        db, yb, ob = lay.buffers([diff_dst, dst, res])
+        s = np.ascontiguousarray(s, np.float64).reshape(-1)
+        split.block_backward_apply(db, yb, ob, lay.g, int(op), accurate, s)
+        return res
+
     # -- logsumexp ------------------------------------------------------------
     def logsumexp(self, x, axes, keepdims):
         """Reduce over sorted ``axes``. Several axes run as one merged axis when
@@ -480,6 +551,11 @@ class CpuBackend(Backend):
             return np.lib.stride_tricks.as_strided(x, shape, strides), len(keep)
         moved = np.moveaxis(x, axes, range(x.ndim - len(axes), x.ndim))
         return np.ascontiguousarray(moved).reshape(shape), len(keep)
+
+
+def _log_rows(s, lg):
+    """``lg = log(s)`` by the kernels' own log (:func:`._math.log_f64`)."""
+    _k()[0]._batch_logs_all(s, lg)
 
 
 # ---------------------------------------------------------------------------

@@ -1,13 +1,25 @@
-"""Result allocation for the allocating path.
+"""Result allocation for the allocating path: a pool of large buffers.
 
-PyTorch's allocating ``log_softmax`` on 4096x32000 float32 spends ~190 ms of
-its ~240 ms in first-touch page faults of the fresh 0.5 GB result (4 KiB
-pages, taken by whichever thread touches them). Here the result comes from
-``np.empty_like``: numpy's allocator ``madvise(MADV_HUGEPAGE)``s allocations
-of 4 MiB and more, which on this machine (THP in ``madvise`` mode) gives
-2 MiB pages, 512x fewer faults; and nothing touches the memory before the
-kernel's pass 2, which runs in parallel, so the remaining faults (and the
-kernel zeroing the pages) are shared by all threads.
+A fresh 0.5 GB result costs more than the op itself: PyTorch's allocating
+``log_softmax`` on 4096x32000 float32 spent ~190 ms of its ~240 ms in
+first-touch page faults (notes/cpu-kernels.md), and numpy's allocator, which
+``madvise``\\ s large blocks for transparent huge pages, made the *first* such
+allocation of a process stall for 0.7-1.4 s in memory compaction where THP
+defrag is ``madvise`` (issue 10). So results of :data:`POOL_MIN` bytes and
+more come from a pool of anonymous memory maps:
+
+* a buffer is mapped with ordinary 4 KiB pages (no huge-page advice, hence
+  no compaction stall) and first touched by the kernel's own parallel
+  pass 2, so its page faults are shared by the threads;
+* when the last array viewing a buffer is garbage collected, the buffer
+  goes back to the pool (a ``weakref.finalize`` on the buffer's owner, which
+  every view keeps alive) instead of being unmapped, and the next result of
+  the same size class reuses it with its pages already present: a repeated
+  allocating call costs what an ``out=`` call does;
+* the pool keeps at most :func:`pool_limit` bytes (default 2 GiB, or
+  ``LOGSOFTMAX_POOL_LIMIT``); :func:`clear_pool` unmaps everything kept.
+
+Measured on this machine: docs/performance.md ("The allocating path").
 
 The result keeps the input's memory order (numpy's ``order='K'``): a
 transposed or channels-last input gets a result with the same layout, so
@@ -17,9 +29,98 @@ strided stores).
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import os
+import threading
+import weakref
+
 import numpy as np
 
-__all__ = ["empty_like"]
+__all__ = ["empty_like", "POOL_MIN", "pool_limit", "set_pool_limit", "clear_pool", "pooled_bytes"]
+
+#: results of at least this many bytes come from the pool (smaller ones from
+#: numpy: a small np.empty costs ~0.2 us, a mapping ~10 us)
+POOL_MIN = 4 << 20
+#: buffers are mapped in multiples of this (the size classes of the pool)
+_GRAIN = 2 << 20
+
+_lock = threading.Lock()
+_free: dict[int, list[mmap.mmap]] = {}
+_kept = 0
+_limit = int(os.environ.get("LOGSOFTMAX_POOL_LIMIT", 2 << 30))
+
+
+def pool_limit() -> int:
+    """Bytes of freed result buffers the pool keeps mapped at most."""
+    return _limit
+
+
+def set_pool_limit(nbytes: int) -> None:
+    """Keep at most ``nbytes`` of freed result buffers (0 disables reuse)."""
+    global _limit
+    _limit = int(nbytes)
+    _trim()
+
+
+def pooled_bytes() -> int:
+    """Bytes currently kept by the pool (freed buffers awaiting reuse)."""
+    return _kept
+
+
+def clear_pool() -> None:
+    """Unmap every buffer the pool keeps."""
+    global _kept
+    with _lock:
+        bufs = [b for v in _free.values() for b in v]
+        _free.clear()
+        _kept = 0
+    for b in bufs:
+        b.close()
+
+
+def _trim() -> None:
+    global _kept
+    drop = []
+    with _lock:
+        for cap in sorted(_free, reverse=True):
+            while _free[cap] and _kept > _limit:
+                drop.append(_free[cap].pop())
+                _kept -= cap
+    for b in drop:
+        b.close()
+
+
+def _take(cap: int) -> mmap.mmap:
+    global _kept
+    with _lock:
+        bufs = _free.get(cap)
+        if bufs:
+            _kept -= cap
+            return bufs.pop()
+    return mmap.mmap(-1, cap)
+
+
+def _give_back(buf: mmap.mmap) -> None:
+    global _kept
+    cap = len(buf)
+    with _lock:
+        if _kept + cap <= _limit:
+            _free.setdefault(cap, []).append(buf)
+            _kept += cap
+            return
+    buf.close()
+
+
+def _pooled(nbytes: int, dtype: np.dtype) -> np.ndarray:
+    """A flat array of ``nbytes // itemsize`` elements on a pooled buffer."""
+    cap = -(-nbytes // _GRAIN) * _GRAIN
+    buf = _take(cap)
+    owner = (ctypes.c_char * nbytes).from_buffer(buf)
+    # every view of the array keeps `owner` alive; when the last one goes,
+    # the buffer returns to the pool (the finalizer holds `buf`, not `owner`)
+    weakref.finalize(owner, _give_back, buf)
+    return np.frombuffer(owner, dtype)
 
 
 def empty_like(x: np.ndarray, dtype) -> np.ndarray:
@@ -31,6 +132,17 @@ def empty_like(x: np.ndarray, dtype) -> np.ndarray:
 
     Returns:
       A new writeable array, ``x.shape``, ``dtype``, compact, in ``x``'s
-      dimension order.
+      dimension order; from the pool when it has :data:`POOL_MIN` bytes or
+      more.
     """
-    return np.empty_like(x, dtype=np.dtype(dtype), order="K")
+    dtype = np.dtype(dtype)
+    nbytes = x.size * dtype.itemsize
+    if nbytes < POOL_MIN or _limit <= 0:
+        return np.empty_like(x, dtype=dtype, order="K")
+    flat = _pooled(nbytes, dtype)
+    if x.flags.c_contiguous:
+        return flat.reshape(x.shape)
+    # x's axes from the largest stride to the smallest (numpy's order='K')
+    order = sorted(range(x.ndim), key=lambda a: (-abs(x.strides[a]), a))
+    arranged = flat.reshape([x.shape[a] for a in order])
+    return arranged.transpose(np.argsort(order))

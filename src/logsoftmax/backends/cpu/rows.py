@@ -226,6 +226,15 @@ def _batch_logs(s, lg, inv, nb):
 
 
 @njit(cache=True, error_model="numpy")
+def _batch_logs_all(s, lg):
+    """``lg = log(s)`` elementwise (the dask split plan's merged row sums)."""
+    wide_vectors()
+    n = s.shape[0]
+    for i in range(0, n, W // 2):
+        vstore_part(lg, i, log_f64(vload_part(s, i, n - i, 1.0)), n - i)
+
+
+@njit(cache=True, error_model="numpy")
 def forward_short(xb, ob, g, op, accurate, r0, r1):
     """:func:`forward_range` for unit-stride rows of ``n <= CHUNK``: the same
     arithmetic, run phase by phase over batches of :data:`BATCH` rows (all

@@ -33,9 +33,10 @@ Two precisions (``accurate``), chosen per call by the backend:
   than :data:`SHORT` (there the float32 sum is already several times more
   accurate than PyTorch's: 1.0-1.3 eps vs 15 at n = 4096-32000).
 * *accurate*: float64 terms, float64 pass 2, one rounding to float32.
-  Used for float32 results of rows up to :data:`SHORT` elements, where a
-  float32 ``exp`` (1 ulp per term) left log_softmax at 0.69-0.73 eps and
-  the float32 backward at 2.7-3.0 eps (PyTorch: 1.1-3.9); here 0.50-0.52.
+  Used for float32 results of rows up to :data:`SHORT` elements
+  (:data:`SHORT_BACKWARD` for the backward), where a float32 ``exp`` (1 ulp
+  per term) left log_softmax at 0.69-0.73 eps and the float32 backward at
+  2.7-3.0 eps (PyTorch: 1.1-3.9); here 0.50-0.52 and <= 0.8.
 
 Special values fall out of the arithmetic: a NaN or ``+inf`` makes its
 chunk's sum NaN (``inf - inf``); ``-inf`` elements contribute 0; a chunk of
@@ -77,6 +78,7 @@ from ._vec import (
 __all__ = [
     "CHUNK",
     "SHORT",
+    "SHORT_BACKWARD",
     "LANES32",
     "LANES64",
     "chunk_max",
@@ -90,8 +92,14 @@ __all__ = [
 
 #: elements per chunk: 16 KiB of float32, read twice while it sits in L1
 CHUNK = 4096
-#: float32 results of rows up to this length take the accurate path
+#: float32 results of rows up to this length take the accurate path (forward)
 SHORT = 1024
+#: ... and of the backward: past 64 elements its fast path (float32 ``exp``,
+#: one FMA) is already 1.5-2.6 eps where PyTorch is 15-42 (n = 250-1000),
+#: while the float64 ``exp(dst)`` it would need costs 2.5x (docs/performance.md);
+#: on short rows the margin is thin (2.7-3.0 vs 3.4-3.9 eps at n = 3) and the
+#: suite holds rows of 4-40 to 1 eps, so they keep the float64 path
+SHORT_BACKWARD = 64
 #: float32 term lanes per chunk (4 vectors of W)
 LANES32 = 4 * W
 #: float64 term lanes per chunk (2 vectors of W // 2)

@@ -12,10 +12,11 @@ again. The backward does the same with the chunk gradient sums. These
 kernels take unit-stride rows (the backend sends strided ones to
 :mod:`.rows`, which stages them).
 
-:func:`block_stats` and :func:`block_apply` are the per-block halves of the
-dask backend's split plan: ``(m, s)`` of every row of a block (float64, the
-row's chunks merged as above), and pass 2 given each row's merged
-``(m, log s, 1/s)``.
+:func:`block_stats` / :func:`block_apply` (and :func:`block_grad_sums` /
+:func:`block_backward_apply`) are the per-block halves of the dask
+backend's split plan: ``(m, s)`` of every row of a block (float64, the row's
+chunks merged as above), and pass 2 given each row's merged ``(m, log s,
+1/s)``; the backward's float64 row sums, and its pass 2 given the total.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 from numba import njit, prange
 
 from ._simd import view
-from .rows import row_offset, row_stats
+from .rows import row_grad_sum, row_offset, row_stats
 from .segment import (
     CHUNK,
     chunk_grad_sum,
@@ -43,6 +44,8 @@ __all__ = [
     "backward_apply",
     "block_stats",
     "block_apply",
+    "block_grad_sums",
+    "block_backward_apply",
 ]
 
 _KW = dict(cache=True, error_model="numpy")
@@ -134,3 +137,25 @@ def block_apply(xb, ob, g, op, accurate, m, lg, inv):
         xs = view(xb, row_offset(g, 0, r), n)
         os = view(ob, row_offset(g, 1, r), n)
         write_forward(xs, os, 0, n, op, accurate, m[r], lg[r], inv[r])
+
+
+@njit(**_KW)
+def block_grad_sums(db, yb, g, op, s):
+    """``s[r]``: float64 gradient sum of every (unit-stride) row of a block
+    (chunk sums added in order, as :func:`.rows.row_grad_sum`)."""
+    n = g[2]
+    for r in range(s.shape[0]):
+        s[r] = row_grad_sum(
+            view(db, row_offset(g, 0, r), n), view(yb, row_offset(g, 1, r), n), n, op
+        )
+
+
+@njit(**_KW)
+def block_backward_apply(db, yb, ob, g, op, accurate, s):
+    """Pass 2 of the backward on every row of a block given its total ``s``."""
+    n = g[2]
+    for r in range(s.shape[0]):
+        ds = view(db, row_offset(g, 0, r), n)
+        ys = view(yb, row_offset(g, 1, r), n)
+        os = view(ob, row_offset(g, 2, r), n)
+        write_backward(ds, ys, os, 0, n, op, accurate, s[r])
