@@ -8,6 +8,7 @@ PyTorch-style functions and modules over them::
     import torch, logsoftmax.torch as lt
     y = lt.log_softmax(t, dim=-1)                 # autograd, double backward
     loss = lt.cross_entropy(logits, target, label_smoothing=0.1)
+    loss = lt.linear_cross_entropy(hidden, lm_head.weight, target)  # fused, chunked
     model = torch.compile(model, fullgraph=True)  # captures the ops, no break
 
 CPU tensors reach the CPU kernels without a copy at any strides; CUDA
