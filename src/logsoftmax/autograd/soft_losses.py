@@ -36,12 +36,14 @@ from . import _array
 from .losses import (
     ClassTargets,
     CrossEntropy,
+    CrossEntropyGrad,
     _array_of,
     _check_options,
     _class_weights,
+    reduce_terms,
 )
 from .nodes import Softmax, SoftmaxGrad, _needs, _sum_to
-from .tensor import Function, Tensor
+from .tensor import Tensor
 
 __all__ = ["SoftTargets", "SoftCrossEntropy", "SoftCrossEntropyGrad"]
 
@@ -146,13 +148,7 @@ class SoftTargets:
 
     def loss(self, logp, out_dtype):
         """``reduce(-sum_c q logp)``; NaN for ``"mean"`` over nothing."""
-        terms = -self.q_dot(logp)
-        if self.reduction == "sum":
-            terms = terms.sum()
-        elif self.reduction == "mean":
-            with np.errstate(divide="ignore", invalid="ignore"):
-                terms = terms.sum() / self.denom
-        return _array.astype(terms, out_dtype)
+        return reduce_terms(-self.q_dot(logp), self.reduction, self.denom, out_dtype)
 
     def subtract_q_(self, dx, gr):
         """``dx -= gr * q`` in place (``gr``: per-row scale); returns ``dx``."""
@@ -232,15 +228,9 @@ class SoftCrossEntropy(CrossEntropy):
 
 
 @register(_schema("soft_cross_entropy_backward", AmpPolicy.KEEP_INPUT, 2))
-class SoftCrossEntropyGrad(Function):
-    r"""``dx = G (Q softmax(logp) - q)``, ``G = g r`` per row."""
-
-    display_name = "CrossEntropyBackwardBackward"
-    keep_inputs = True
-    saved_fields = ("inputs", "plan")
-
-    def prepare(self, g, y, *, plan):
-        self.plan = plan
+class SoftCrossEntropyGrad(CrossEntropyGrad):
+    r"""``dx = G (Q softmax(logp) - q)``, ``G = g r`` per row (inputs, saved
+    fields and display name as :class:`~.losses.CrossEntropyGrad`)."""
 
     def compute(self, g, y):
         plan, dt = self.plan, _array.dtype_of(y)

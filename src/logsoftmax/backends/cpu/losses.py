@@ -346,32 +346,21 @@ def prob_rows(x, y, cw, has_w, smoothing, out):
         yr = y[r]
         mc = _row_max(row, n)
         sc = _row_sum_exp(row, n, mc)
-        gap = _prob_row(row, yr, n, mc, cw, has_w, keep, unif)
-        q_sum = _prob_weight(yr, n, cw, has_w, keep, unif)
+        gap, q_sum = _prob_row(row, yr, n, mc, cw, has_w, keep, unif)
         # an all--inf row has no max to measure from: NaN, as PyTorch
         out[r] = gap + math.log(sc) * q_sum if mc != _NINF else np.nan
 
 
 @njit(**_SUM)
 def _prob_row(row, yr, n, mc, cw, has_w, keep, unif):
+    """``(sum_k q_k (mc - x_k), sum_k q_k)`` with ``q = w ((1-eps) y + eps/C)``."""
     wide_vectors()
     acc = 0.0
+    q_sum = 0.0
     for k in range(n):
         q = keep * np.float64(load(yr, k)) + unif
         if has_w:
             q *= np.float64(cw[k])
         acc += q * (mc - np.float64(load(row, k)))
-    return acc
-
-
-@njit(**_SUM)
-def _prob_weight(yr, n, cw, has_w, keep, unif):
-    wide_vectors()
-    acc = 0.0
-    for k in range(n):
-        q = keep * np.float64(load(yr, k)) + unif
-        if has_w:
-            q *= np.float64(cw[k])
-        acc += q
-    return acc
-
+        q_sum += q
+    return acc, q_sum
