@@ -104,3 +104,30 @@ def test_cuda_large_offset_and_bf16():
     assert loss.dtype == torch.bfloat16
     ref = F.cross_entropy(xb.cpu().double() @ wb.cpu().double().T, t.cpu())
     assert abs(loss.double().item() - ref.item()) <= 2**-8 * max(1, abs(ref.item()))
+
+
+def test_cross_entropy_on_the_cuda_backend():
+    """``logsoftmax.cross_entropy`` / ``nll_loss`` with the "cuda" backend
+    (numpy arrays under ``use_backend`` in the interpreter; torch tensors on
+    a GPU) against PyTorch in float64."""
+    import logsoftmax
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 5, 3))
+    t = rng.integers(0, 5, (6, 3))
+    t[0, 0] = -100
+    y = rng.random((6, 5, 3))
+    w = rng.random(5) + 0.1
+    arr = (lambda a: a) if INTERPRETED else (lambda a: torch.from_numpy(a).cuda())
+    with logsoftmax.use_backend("cuda"):
+        for red in ("mean", "sum", "none"):
+            for fn, tgt, kw in ((logsoftmax.cross_entropy, t, dict(label_smoothing=0.2)),
+                                (logsoftmax.nll_loss, t, {}),
+                                (logsoftmax.cross_entropy, y, dict(label_smoothing=0.2))):
+                got = fn(arr(x), arr(tgt), arr(w), reduction=red, **kw)
+                ref_fn = getattr(F, fn.__name__)
+                ref = ref_fn(torch.from_numpy(x), torch.from_numpy(tgt),
+                             torch.from_numpy(w), reduction=red, **kw)
+                got = got.cpu().numpy() if isinstance(got, torch.Tensor) else got
+                np.testing.assert_allclose(np.asarray(got, np.float64), ref.numpy(),
+                                           rtol=1e-12, atol=1e-12)

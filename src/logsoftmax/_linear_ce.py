@@ -60,6 +60,7 @@ from ._loss_checks import (
     check_nonnegative,
     check_reduction,
     check_softcap,
+    dtype_of,
 )
 from .backends import is_cuda_array, is_dask_array
 
@@ -136,14 +137,6 @@ def _kind(a) -> str:
     return "cuda" if is_cuda_array(a) else "numpy"
 
 
-def _dtype_of(a) -> np.dtype:
-    dt = a.dtype
-    if isinstance(dt, np.dtype):
-        return dt
-    name = str(dt).removeprefix("torch.")
-    return dtypes.bfloat16 if name == "bfloat16" else np.dtype(name)
-
-
 def default_chunk(n: int, v: int, budget: int = CHUNK_ELEMENTS) -> tuple[int, int]:
     """``(rows, cols)`` per chunk: whole vocabulary rows when ``MIN_ROWS`` of
     them fit the budget (the fused schedule needs whole rows), else
@@ -181,7 +174,7 @@ def check(fn, input, linear_weight, target, *, linear_bias=None, weight=None,
         target = np.asarray(target)
         linear_bias = None if linear_bias is None else np.asarray(linear_bias)
         weight = None if weight is None else np.asarray(weight)
-    dt = _dtype_of(input)
+    dt = dtype_of(input)
     check_float_dtype(fn, "input", dt)
     _check_type(
         dt in dtypes.SUPPORTED,
@@ -203,7 +196,7 @@ def check(fn, input, linear_weight, target, *, linear_bias=None, weight=None,
                              ("linear_bias", linear_bias, (v,))):
         if arr is None:
             continue
-        adt = _dtype_of(arr)
+        adt = dtype_of(arr)
         _check_type(
             adt == dt,
             lambda: f"{fn}: {name} has dtype {adt} but input has dtype {dt}; "
@@ -216,8 +209,8 @@ def check(fn, input, linear_weight, target, *, linear_bias=None, weight=None,
             )
     if weight is not None:
         _check_type(
-            _dtype_of(weight) == dt,
-            lambda: f"{fn}: weight has dtype {_dtype_of(weight)} but input has "
+            dtype_of(weight) == dt,
+            lambda: f"{fn}: weight has dtype {dtype_of(weight)} but input has "
             f"dtype {dt}; expected the same dtype",
         )
         check_class_weight(fn, _NpDtype(weight, dt), v, dt)
@@ -226,7 +219,7 @@ def check(fn, input, linear_weight, target, *, linear_bias=None, weight=None,
     eps = check_fraction(fn, "label_smoothing", label_smoothing)
     zl = check_nonnegative(fn, "z_loss", z_loss)
     cap = check_softcap(fn, softcap)
-    tdt = _dtype_of(target)
+    tdt = dtype_of(target)
     _check_type(
         tdt.kind in "iu",
         lambda: f"{fn}: target has dtype {tdt}; expected an integer dtype (class "

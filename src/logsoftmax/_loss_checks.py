@@ -17,6 +17,7 @@ from ._api import _check_index, _check_type, _check_value
 
 __all__ = [
     "REDUCTIONS",
+    "dtype_of",
     "check_reduction",
     "check_ignore_index",
     "check_fraction",
@@ -29,6 +30,15 @@ __all__ = [
 
 #: the three reductions, as in PyTorch
 REDUCTIONS = ("mean", "sum", "none")
+
+
+def dtype_of(a) -> np.dtype:
+    """The numpy dtype of an array of any library (torch dtypes by name)."""
+    dt = a.dtype
+    if isinstance(dt, np.dtype):
+        return dt
+    name = str(dt).removeprefix("torch.")
+    return dtypes.bfloat16 if name == "bfloat16" else np.dtype(name)
 
 
 # --------------------------------------------------------------------------
@@ -91,7 +101,7 @@ def check_class_weight(fn: str, weight, num_classes: int, in_dtype: np.dtype):
     (PyTorch raises for a float64 weight with float32 logits; so do we)."""
     if weight is None:
         return None
-    wdt = np.dtype(weight.dtype)
+    wdt = dtype_of(weight)
     _check_type(
         wdt == in_dtype,
         lambda: f"{fn}: weight has dtype {wdt} but input has dtype {in_dtype}; "
@@ -112,7 +122,7 @@ def check_class_targets(fn: str, target, want_shape, num_classes: int,
     ``eager=False`` skips the range check (lazy dask targets: the check
     would compute the graph; out-of-range indices then contribute as
     documented in :mod:`.backends.dask_losses`)."""
-    tdt = np.dtype(target.dtype)
+    tdt = dtype_of(target)
     _check_type(
         tdt.kind in "iu",
         lambda: f"{fn}: target has dtype {tdt}; expected an integer dtype (class "
@@ -124,7 +134,8 @@ def check_class_targets(fn: str, target, want_shape, num_classes: int,
         f"{tuple(want_shape)} (class indices)",
     )
     if eager and int(np.prod(target.shape)) > 0:
-        t = np.asarray(target)
+        t = target.detach().cpu().numpy() if hasattr(target, "detach") else (
+            np.asarray(target))
         bad = (t != ignore_index) & ((t < 0) | (t >= num_classes))
         if bad.any():
             val = int(t[bad].flat[0])

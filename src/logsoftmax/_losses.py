@@ -43,6 +43,7 @@ from ._loss_checks import (
     check_fraction,
     check_ignore_index,
     check_reduction,
+    dtype_of,
 )
 from .backends import select_backend
 
@@ -76,7 +77,7 @@ def _prepare(fn, input, target, weight, ignore_index, reduction):
     num_classes = int(x.shape[axis])
     target = _as_array(backend, target)
     weight = _as_array(backend, weight)
-    if weight is not None and np.dtype(weight.dtype).kind in "biu" and rdt != in_dt:
+    if weight is not None and dtype_of(weight).kind in "biu" and rdt != in_dt:
         weight = backend.astype(weight, rdt)
     check_class_weight(fn, weight, num_classes, rdt)
     return backend, x, rdt, target, weight, axis, num_classes
@@ -185,7 +186,7 @@ def cross_entropy(input, target, weight=None, *, ignore_index=-100,
         fn, input, target, weight, ignore_index, reduction
     )
     eps = check_fraction(fn, "label_smoothing", label_smoothing)
-    tdt = np.dtype(target.dtype)
+    tdt = dtype_of(target)
     if tdt.kind == "f" or tdt == dtypes.bfloat16:
         _check_type(
             tdt == rdt,

@@ -32,7 +32,16 @@ import triton.language as tl
 
 from ..._linear_ce import TorchOps
 
-__all__ = ["CudaOps", "stats_kernel", "grad_kernel", "cap_kernel", "BLOCK"]
+__all__ = [
+    "CudaOps",
+    "stats_kernel",
+    "grad_kernel",
+    "cap_kernel",
+    "BLOCK",
+    "cross_entropy",
+    "cross_entropy_probs",
+    "nll_loss",
+]
 
 #: columns per tile (lanes of the online sums): 1024 float32 = 4 KiB per row
 #: tile; each lane sums V / 1024 terms (31 at V = 32000)
@@ -57,20 +66,20 @@ def _capped(z, cap):
 def stats_kernel(z_ptr, stride_z, n, c0, tgt_ptr, cw_ptr, w_seen, w_chunk, cap,
                  m_ptr, s_ptr, zt_ptr, zw_ptr,
                  HAS_W: tl.constexpr, SMOOTH: tl.constexpr, CAP: tl.constexpr,
-                 BLOCK: tl.constexpr):
+                 BLOCK: tl.constexpr, ACC: tl.constexpr = tl.float32):
     r = tl.program_id(0)
     row = z_ptr + r.to(tl.int64) * stride_z
     t = tl.load(tgt_ptr + r) - c0
     lanes = tl.arange(0, BLOCK)
-    m_l = tl.full([BLOCK], float("-inf"), tl.float32)
-    s_l = tl.zeros([BLOCK], tl.float32)
+    m_l = tl.full([BLOCK], float("-inf"), ACC)
+    s_l = tl.zeros([BLOCK], ACC)
     g_l = tl.zeros([BLOCK], tl.float64)  # sum w (m_l - z), relative to m_l
     w_l = tl.zeros([BLOCK], tl.float64)  # sum of w seen by the lane
     zt = tl.zeros([BLOCK], tl.float64)
     for k0 in range(0, n, BLOCK):
         cols = k0 + lanes
         mask = cols < n
-        z = tl.load(row + cols, mask=mask, other=float("-inf"))
+        z = tl.load(row + cols, mask=mask, other=float("-inf")).to(ACC)
         if CAP:
             z = _capped(z, cap)
             tl.store(row + cols, z, mask=mask)
@@ -207,6 +216,7 @@ class CudaOps(TorchOps):
             z, z.stride(0), n, c0, target, cw, float(w_seen), float(w_chunk),
             float(cap or 1.0), m, s, zt, zw,
             HAS_W=bool(has_w), SMOOTH=bool(smooth), CAP=bool(cap), BLOCK=BLOCK,
+            ACC=tl.float64 if z.dtype == torch.float64 else tl.float32,
         )
 
     def cap(self, z, cap):
@@ -224,3 +234,116 @@ class CudaOps(TorchOps):
             HAS_W=bool(has_w), CAP=bool(cap), BLOCK=BLOCK,
         )
 
+
+
+# --------------------------------------------------------------------------
+# cross_entropy / nll_loss on CUDA arrays (the front door's "cuda" pieces)
+# --------------------------------------------------------------------------
+def _to_torch(a):
+    """A torch view of ``a`` (torch tensors as they are; CUDA arrays through
+    DLPack; numpy arrays, e.g. under ``use_backend("cuda")`` in the
+    interpreter, through ``from_numpy``, bfloat16 via its uint16 bits)."""
+    if isinstance(a, torch.Tensor):
+        return a
+    if isinstance(a, np.ndarray):
+        if a.dtype.name == "bfloat16":
+            return torch.from_numpy(np.ascontiguousarray(a).view(np.uint16)).view(
+                torch.bfloat16)
+        return torch.from_numpy(np.ascontiguousarray(a))
+    return torch.from_dlpack(a)
+
+
+def _like_input(result, x):
+    """The result in the caller's array type (numpy in, numpy out)."""
+    return result.detach().cpu().numpy() if isinstance(x, np.ndarray) else result
+
+
+def _rows(t, axis):
+    """``(R, C)`` rows with unit class stride (a view for 1-D/2-D input)."""
+    c = t.shape[axis]
+    rows = t[None] if t.ndim == 1 else t.movedim(1, -1).reshape(-1, c)
+    return rows if rows.stride(-1) == 1 else rows.contiguous()
+
+
+def _reduce(vals, reduction, denom, shape, rdt, x):
+    if reduction == "none":
+        r = vals.reshape(shape)
+    elif reduction == "sum":
+        r = vals.sum()
+    else:
+        r = vals.sum() / denom
+    ops = CudaOps(vals.device)
+    return _like_input(ops.round_loss(r, rdt), x)
+
+
+def _targets(target, weight, ignore_index, device):
+    t = _to_torch(target).to(device=device, dtype=torch.int64).reshape(-1)
+    valid = t != ignore_index
+    safe = torch.where(valid, t, 0)
+    if weight is None:
+        wt = valid.to(torch.float64)
+    else:
+        wt = torch.where(valid, _to_torch(weight).to(device, torch.float64)[safe], 0.0)
+    return t.contiguous(), valid, safe, wt
+
+
+def cross_entropy(x, target, weight, ignore_index, reduction, eps, rdt):
+    """Class-index cross-entropy: :func:`stats_kernel` over the rows (one
+    chunk per row), then PyTorch's formula in float64 on the device."""
+    xt = _to_torch(x)
+    axis = 1 if xt.ndim > 1 else 0
+    c = int(xt.shape[axis])
+    rows = _rows(xt, axis)
+    dev = rows.device
+    t, valid, _, wt = _targets(target, weight, ignore_index, dev)
+    n = rows.shape[0]
+    ops = CudaOps(dev)
+    cdt = torch.float64 if xt.dtype == torch.float64 else torch.float32
+    cw = (torch.ones(1, dtype=cdt, device=dev) if weight is None
+          else _to_torch(weight).to(dev, cdt).contiguous())
+    big_w = float(c) if weight is None else float(cw.double().sum())
+    m, s = ops.full_f64(n, float("-inf")), ops.zeros_f64(n)
+    zt, zw = ops.zeros_f64(n), ops.zeros_f64(n)
+    if n and c:
+        stats_kernel[(n,)](
+            rows, rows.stride(0), c, 0, t, cw, 0.0, big_w, 1.0, m, s, zt, zw,
+            HAS_W=weight is not None, SMOOTH=eps != 0.0, CAP=False, BLOCK=BLOCK,
+            ACC=tl.float64 if cdt == torch.float64 else tl.float32,
+        )
+    log_s = torch.log(s)
+    vals = (1.0 - eps) * wt * ((m - zt) + log_s)
+    if eps:
+        vals = vals + (eps / c) * (big_w * log_s + zw)
+    vals = torch.where(valid, vals, 0.0)
+    shape = tuple(_to_torch(target).shape)
+    return _reduce(vals, reduction, wt.sum(), shape, rdt, x)
+
+
+def nll_loss(x, target, weight, ignore_index, reduction, rdt):
+    """``-w_t x[t]`` per row: a gather on the device."""
+    xt = _to_torch(x)
+    axis = 1 if xt.ndim > 1 else 0
+    rows = _rows(xt, axis)
+    t, valid, safe, wt = _targets(target, weight, ignore_index, rows.device)
+    picked = rows.gather(1, safe[:, None])[:, 0].double()
+    vals = torch.where(valid, -wt * picked, 0.0)
+    return _reduce(vals, reduction, wt.sum(), tuple(_to_torch(target).shape), rdt, x)
+
+
+def cross_entropy_probs(x, y, weight, reduction, eps, rdt):
+    """Probability targets: ``sum_c q_c (m - x_c) + log(s) sum_c q_c`` per row
+    in float64 with torch ops (row blocks of the input's size: a reference
+    path, not a fused kernel)."""
+    xt, yt = _to_torch(x), _to_torch(y)
+    axis = 1 if xt.ndim > 1 else 0
+    c = int(xt.shape[axis])
+    rows, ys = _rows(xt, axis).double(), _rows(yt, axis).double()
+    q = (1.0 - eps) * ys + eps / c
+    if weight is not None:
+        q = q * _to_torch(weight).to(rows.device, torch.float64)
+    m = rows.max(dim=1, keepdim=True).values
+    lse_shift = torch.log(torch.exp(rows - m).sum(1))
+    vals = (q * (m - rows)).sum(1) + lse_shift * q.sum(1)
+    vals = torch.where(torch.isfinite(m[:, 0]) | torch.isnan(m[:, 0]), vals, torch.nan)
+    shape = (xt.shape[0],) + tuple(xt.shape[2:]) if axis == 1 else ()
+    return _reduce(vals, reduction, float(vals.numel()), shape, rdt, x)
