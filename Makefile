@@ -40,9 +40,12 @@ test-slow: $(VENV)/.installed-test
 
 test-all: test test-slow
 
-## bench: the full CPU benchmark; writes docs/performance.md's table and plot
+## bench: the CPU benchmark (~10 min on a quiet 2-core machine): prints its table and
+## rewrites this CPU's section of docs/performance.md and its plot; BENCH_ARGS=--quick for
+## a one-minute subset that only prints
+BENCH_ARGS ?=
 bench: $(VENV)/.installed-test
-	$(BIN)/python benchmarks/bench_cpu.py
+	$(BIN)/python benchmarks/bench_cpu.py $(BENCH_ARGS)
 
 ## bench-all: every benchmark script (CPU, autograd, adapters, graph, dask); slow
 bench-all: bench

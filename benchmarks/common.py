@@ -13,10 +13,26 @@ benchdnn-style driver does, so that a number in docs/performance.md and a
   :func:`logsoftmax.driver.perf.measure`;
 - the memory-copy floor: :class:`logsoftmax.driver.perf.CopyBench` (a copy of
   N bytes) or its kernels :func:`~logsoftmax.driver.perf.copy2` and
-  :func:`~logsoftmax.driver.perf.add3` over the problem's own buffers.
+  :func:`~logsoftmax.driver.perf.add3` over the problem's own buffers
+  (:func:`copy2_serial` / :func:`add3_serial` for problems small enough that
+  the library runs its serial kernels).
+
+Added here for the CPU benchmark: :func:`time_calls`, the interleaved timer
+for calls of a few microseconds (each sample loops a call until it lasts
+``min_sample_s``), :func:`cpu_info` (what the tables are headed with) and
+:func:`replace_block` (rewrite a marked block of a docs page).
 """
 
 from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+import numba
+import numpy as np
 
 from logsoftmax import formats
 from logsoftmax.driver import problem as _problem
@@ -34,6 +50,11 @@ __all__ = [
     "CopyBench",
     "copy2",
     "add3",
+    "copy2_serial",
+    "add3_serial",
+    "time_calls",
+    "cpu_info",
+    "replace_block",
 ]
 
 
@@ -100,3 +121,167 @@ def bench_interleaved(fns, repeat: int, skip_repeat: dict | None = None):
     (:func:`logsoftmax.driver.perf.median_seconds`; ``skip_repeat`` caps the
     samples of slow entries)."""
     return median_seconds(fns, repeat, max_times=skip_repeat)
+
+
+@numba.njit(cache=True)
+def copy2_serial(src, dst):
+    """:func:`copy2` on one thread: the floor for problems the library runs
+    serially (below ``SERIAL_MAX`` elements), where waking a thread pool
+    would cost more than the copy."""
+    for i in range(dst.size):
+        dst[i] = src[i]
+
+
+@numba.njit(cache=True)
+def add3_serial(a, b, dst):
+    """:func:`add3` on one thread (see :func:`copy2_serial`)."""
+    for i in range(dst.size):
+        dst[i] = a[i] + b[i]
+
+
+def _calls_per_sample(fn: Callable[[], object], min_sample_s: float) -> int:
+    """How many back-to-back calls of ``fn`` last at least ``min_sample_s``
+    (doubling, then scaled from the last try; at most 2**20)."""
+    k = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(k):
+            fn()
+        dt = time.perf_counter() - t0
+        if dt >= min_sample_s or k >= 1 << 20:
+            return k
+        k = min(1 << 20, max(2 * k, math.ceil(k * 1.2 * min_sample_s / max(dt, 1e-9))))
+
+
+def time_calls(
+    fns: dict[str, Callable[[], object]],
+    repeat: int,
+    *,
+    min_sample_s: float = 0.02,
+    slow_s: float = 3.0,
+    min_samples: int = 3,
+) -> tuple[dict[str, float], dict[str, str]]:
+    """Median seconds per call of each function, from interleaved samples.
+
+    Each function is called once as a warm-up (compilation, first-touch page
+    faults: not counted), then calibrated: a sample is ``k`` back-to-back
+    calls lasting at least ``min_sample_s``, and counts as ``time / k``. So a
+    2 us call is timed over ~10^4 calls per sample, where the timer's own
+    resolution and one scheduler hiccup would otherwise dominate; a 100 ms
+    call is one call per sample. ``repeat`` rounds then take one sample of
+    each function in turn (round robin), so machine noise hits them alike. A
+    function whose samples have already cost ``slow_s`` seconds stops after
+    ``min_samples`` samples (the slow peers).
+
+    Returns:
+      ``(seconds, errors)``: name -> median seconds per call for the
+      functions that ran, name -> ``"ExceptionType: message"`` for those that
+      raised (they are dropped from the remaining rounds).
+    """
+    errors: dict[str, str] = {}
+    calls: dict[str, int] = {}
+    for name, fn in fns.items():
+        try:
+            fn()
+            calls[name] = _calls_per_sample(fn, min_sample_s)
+        except Exception as e:  # a variant the problem does not support
+            errors[name] = f"{type(e).__name__}: {e}"
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    spent = dict.fromkeys(calls, 0.0)
+    for _ in range(repeat):
+        for name in list(samples):
+            if name in errors or (
+                len(samples[name]) >= min_samples and spent[name] >= slow_s
+            ):
+                continue
+            fn, k = fns[name], calls[name]
+            try:
+                t0 = time.perf_counter()
+                for _ in range(k):
+                    fn()
+                dt = time.perf_counter() - t0
+            except Exception as e:
+                errors[name] = f"{type(e).__name__}: {e}"
+                continue
+            samples[name].append(dt / k)
+            spent[name] += dt
+    seconds = {
+        name: float(np.median(s)) for name, s in samples.items() if s and name not in errors
+    }
+    return seconds, errors
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def cpu_info() -> dict:
+    """The machine a table was measured on.
+
+    Keys: ``model`` (``/proc/cpuinfo``'s "model name"), ``llvm`` (LLVM's
+    name for the host CPU, which picks numba's instructions and keys its
+    cache), ``isa`` (the vector extensions LLVM sees, in words), ``cpus``
+    (logical CPUs), ``thp`` (transparent huge pages: enabled / defrag), and
+    ``key``: ``"<model> (LLVM <llvm>)"``, the name of the CPU's section.
+    """
+    text = _read("/proc/cpuinfo")
+    model = next(
+        (ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")),
+        "unknown CPU",
+    )
+    try:
+        import llvmlite.binding as llvm
+
+        host = llvm.get_host_cpu_name()
+        feats = {f[1:] for f in llvm.get_host_cpu_features().flatten().split(",") if f[:1] == "+"}
+    except Exception:  # no llvmlite: fall back to the kernel's flag names
+        host = "?"
+        flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines()
+                      if ln.startswith("flags")), [])
+        feats = {f.replace("_", "") for f in flags}
+
+    def has(*names):
+        return all(n in feats for n in names)
+
+    if has("avx512f"):
+        ext = [e for e in ("bw", "dq", "vl", "vnni", "ifma", "vbmi") if has("avx512" + e)]
+        yes_no = ", ".join(f"{e}: {'yes' if has('avx512' + e) else 'no'}" for e in ("bf16", "fp16"))
+        isa = f"AVX-512 (F {' '.join(e.upper() for e in ext)}; {yes_no})"
+    else:
+        isa = "no AVX-512"
+    isa += ", AVX2" if has("avx2") else ", no AVX2"
+    isa += ", FMA" if has("fma") else ""
+    isa += ", F16C" if has("f16c") else ", no F16C"
+    isa += ", AMX" if has("amx-tile") else ", no AMX"
+
+    def thp(name):
+        words = _read(f"/sys/kernel/mm/transparent_hugepage/{name}").split()
+        return next((w[1:-1] for w in words if w.startswith("[")), "?")
+
+    return {
+        "model": model,
+        "llvm": host,
+        "isa": isa,
+        "cpus": os.cpu_count(),
+        "thp": f"enabled={thp('enabled')}, defrag={thp('defrag')}",
+        "key": f"{model} (LLVM {host})",
+    }
+
+
+def replace_block(path: Path, begin: str, end: str, block: str, *, anchor: str | None = None) -> None:
+    """Replace the text from ``begin`` to ``end`` (markers included) in the
+    file at ``path`` with ``block`` (which holds the markers). Absent: insert
+    ``block`` after the line ``anchor`` if the file has it, else append."""
+    text = path.read_text() if path.exists() else ""
+    if begin in text and end in text:
+        i, j = text.index(begin), text.index(end) + len(end)
+        text = text[:i] + block + text[j:]
+    elif anchor and anchor in text:
+        i = text.index(anchor) + len(anchor)
+        text = text[:i] + "\n\n" + block + "\n\n" + text[i:].lstrip("\n")
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text)

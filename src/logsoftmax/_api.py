@@ -241,14 +241,19 @@ def _fast_forward(op: str, x, axis, out):
         if dt in _NATIVE:
             nd = x.ndim
             if -nd <= axis < nd:
+                # out: exactly x, or a separate ndarray of x's shape and dtype
+                # (checks inlined: this is the fixed cost of every out= call)
                 if out is not None and not (
                     (
                         out is x
                         or (
                             type(out) is _ndarray
-                            and (out.dtype is dt or out.dtype == dt)
+                            and out.dtype is dt
                             and out.shape == x.shape
-                            and _apart(out, x)
+                            and (
+                                (out.base is None and x.base is None)
+                                or not np.may_share_memory(out, x)
+                            )
                         )
                     )
                     and out.flags.writeable

@@ -199,14 +199,15 @@ class CpuBackend(Backend):
         size = x.size
 
         if lay.inner:
-            tiles = n1 * n2 * -(-ni // columns.TILE)
+            J = columns.tile_width(n, ni)
+            tiles = n1 * n2 * -(-ni // J)
 
             def kernel(xb, ob, g):
                 if _serial(size):
-                    columns.forward_tiles(xb, ob, g, op, accurate, 0, tiles)
+                    columns.forward_tiles(xb, ob, g, op, accurate, J, 0, tiles)
                 else:
                     nt = min(tiles, _threads())
-                    columns.forward_parallel(xb, ob, g, op, accurate, nt)
+                    columns.forward_parallel(xb, ob, g, op, accurate, J, nt)
 
         else:
             nrows = n1 * n2
@@ -248,10 +249,12 @@ class CpuBackend(Backend):
         # two reshapes and the serial kernel (the fixed cost of a small call,
         # docs/performance.md). Big ones are unaffected (`run`).
         if lay.inner:
-            mod, name, count = columns, "forward_tiles", n1 * n2 * -(-ni // columns.TILE)
+            args = (op, accurate, J, 0, tiles)
+            mod, name = columns, "forward_tiles"
         else:
-            mod, name, count = rows, "forward_short" if short else "forward_range", n1 * n2
-        return _small_call(run, mod, name, size, x.shape, x.dtype, dtype, g0, (op, accurate, 0, count))
+            args = (op, accurate, 0, nrows)
+            mod, name = rows, "forward_short" if short else "forward_range"
+        return _small_call(run, mod, name, size, x.shape, x.dtype, dtype, g0, args)
 
     # -- backward ---------------------------------------------------------------
     def _backward(self, op, diff_dst, dst, axis, out, dtype):
@@ -287,14 +290,15 @@ class CpuBackend(Backend):
         size = diff_dst.size
 
         if lay.inner:
-            tiles = n1 * n2 * -(-ni // columns.TILE)
+            J = columns.tile_width(n, ni)
+            tiles = n1 * n2 * -(-ni // J)
 
             def kernel(db, yb, ob, g):
                 if _serial(size):
-                    columns.backward_tiles(db, yb, ob, g, op, accurate, 0, tiles)
+                    columns.backward_tiles(db, yb, ob, g, op, accurate, J, 0, tiles)
                 else:
                     nt = min(tiles, _threads())
-                    columns.backward_parallel(db, yb, ob, g, op, accurate, nt)
+                    columns.backward_parallel(db, yb, ob, g, op, accurate, J, nt)
 
         else:
             nrows = n1 * n2
@@ -336,11 +340,14 @@ class CpuBackend(Backend):
         if loops or not all(lay.contiguous):
             return run
         if lay.inner:
-            mod, name, count = columns, "backward_tiles", n1 * n2 * -(-ni // columns.TILE)
+            args = (op, accurate, J, 0, tiles)
+            mod, name = columns, "backward_tiles"
         else:
-            mod, name, count = rows, "backward_short" if short else "backward_range", n1 * n2
-        return _small_call2(run, mod, name, size, diff_dst.shape, diff_dst.dtype, dtype, g0,
-                            (op, accurate, 0, count))
+            args = (op, accurate, 0, nrows)
+            mod, name = rows, "backward_short" if short else "backward_range"
+        return _small_call2(
+            run, mod, name, size, diff_dst.shape, diff_dst.dtype, dtype, g0, args
+        )
 
     # -- unusual layouts and float64 -------------------------------------------
     @staticmethod
@@ -522,11 +529,12 @@ class CpuBackend(Backend):
             if xv.dtype == _F64:
                 _f64_lse(f64, xb, rb, g, lay, ser)
             elif lay.inner:
-                tiles = n1 * n2 * -(-ni // columns.TILE)
+                J = columns.tile_width(n, ni)
+                tiles = n1 * n2 * -(-ni // J)
                 if ser:
-                    columns.logsumexp_tiles(xb, rb, g, 0, tiles)
+                    columns.logsumexp_tiles(xb, rb, g, J, 0, tiles)
                 else:
-                    columns.logsumexp_parallel(xb, rb, g, min(tiles, _threads()))
+                    columns.logsumexp_parallel(xb, rb, g, J, min(tiles, _threads()))
             elif ser:
                 rows.logsumexp_range(xb, rb, g, 0, n1 * n2)
             else:

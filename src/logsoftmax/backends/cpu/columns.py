@@ -23,7 +23,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import Op
-from ._math import exp_f32, exp_f64, exp_f64_any, log_f64
+from ._math import exp_f32, exp_f32_sum, exp_f64, exp_f64_any, log_f64
 from ._simd import view, wide_vectors
 from ._vec import (
     W,
@@ -34,15 +34,16 @@ from ._vec import (
     splat,
     vfma,
     vload,
+    vload_n,
     vload_part,
     vstore,
-    vstore_part,
+    vstore_n,
 )
 from .rows import stage_for
 from .segment import CHUNK, LANES32, LANES64, vmax_x86
 
 __all__ = [
-    "TILE",
+    "tile_width",
     "forward_tiles",
     "forward_parallel",
     "backward_tiles",
@@ -51,10 +52,16 @@ __all__ = [
     "logsumexp_parallel",
 ]
 
-#: columns per tile (4 vectors): the float32 lane scratch is 64 x 64 x 4 B =
-#: 16 KiB, and a chunk of the tile (4096 rows x 256 B) stays in L2 between
-#: the passes
-TILE = 4 * W
+def tile_width(n: int, ni: int) -> int:
+    """Columns per tile ``J`` (a speed choice: the arithmetic per column does
+    not depend on it). Wide tiles win: each tile row is ``J`` contiguous
+    elements on its own page, and at 64 columns (256 B per row, 12.5 KiB
+    apart in NCHW 56x56) the forward ran at 5.7 cycles/element against
+    ~2.5 at 512-1024; a chunk of the tile (``min(n, CHUNK) x J`` float32)
+    stays within ~1 MiB of L2 between the passes."""
+    rows = min(n, CHUNK)
+    j = max(4 * W, min(1024, (1 << 18) // rows // W * W))
+    return min(j, -(-ni // W) * W)
 
 _NINF = np.float32(-np.inf)
 _ZERO = np.float32(0.0)
@@ -62,19 +69,19 @@ _LSM = Op.LOG_SOFTMAX
 
 
 @njit(inline="always", error_model="numpy")
-def _rows4(a, first):
-    """Four ``TILE``-long rows of scratch ``a`` after its first ``first`` rows."""
-    b = first * TILE
-    return a[b : b + TILE], a[b + TILE : b + 2 * TILE], a[b + 2 * TILE : b + 3 * TILE], a[
-        b + 3 * TILE : b + 4 * TILE
+def _rows4(a, first, J):
+    """Four ``J``-long rows of scratch ``a`` after its first ``first`` rows."""
+    b = first * J
+    return a[b : b + J], a[b + J : b + 2 * J], a[b + 2 * J : b + 3 * J], a[
+        b + 3 * J : b + 4 * J
     ]
 
 
 @njit(inline="always", error_model="numpy")
-def _tile_geom(g, op, t, ntile):
+def _tile_geom(g, op, t, ntile, J):
     """``(base, sn, si)`` of tile ``t`` of operand ``op`` (geometry: :mod:`.rows`)."""
     o = t // ntile
-    j0 = (t - o * ntile) * TILE
+    j0 = (t - o * ntile) * J
     n2 = g[1]
     i1 = o // n2
     b = 4 + 5 * op
@@ -83,80 +90,81 @@ def _tile_geom(g, op, t, ntile):
 
 
 @njit(cache=True, error_model="numpy")
-def _stage_in(buf, base, sn, si, c0, cl, jn, stage):
-    """Gather rows ``[c0, c0 + cl)`` of a tile into ``stage`` (``cl x TILE``)."""
+def _stage_in(buf, base, sn, si, c0, cl, jn, stage, J):
+    """Gather rows ``[c0, c0 + cl)`` of a tile into ``stage`` (``cl x J``)."""
     for k in range(cl):
         p = base + (c0 + k) * sn
         for j in range(jn):
-            stage[k * TILE + j] = buf[p + j * si]
+            stage[k * J + j] = buf[p + j * si]
 
 
 @njit(cache=True, error_model="numpy")
-def _stage_out(stage, buf, base, sn, si, c0, cl, jn):
+def _stage_out(stage, buf, base, sn, si, c0, cl, jn, J):
     for k in range(cl):
         p = base + (c0 + k) * sn
         for j in range(jn):
-            buf[p + j * si] = stage[k * TILE + j]
+            buf[p + j * si] = stage[k * J + j]
 
 
 @njit(inline="always", error_model="numpy")
-def _chunk_view(buf, base, sn, si, c0, cl, jn, stage):
+def _chunk_view(buf, base, sn, si, c0, cl, jn, stage, J):
     """``(buffer, first element, row step)`` of a tile's chunk: the tile in
     place when its columns are unit-stride, else gathered into ``stage``."""
     if si == 1:
         return buf, base + c0 * sn, sn
-    _stage_in(buf, base, sn, si, c0, cl, jn, stage)
-    return stage, 0, TILE
+    _stage_in(buf, base, sn, si, c0, cl, jn, stage, J)
+    return stage, 0, J
 
 
 @njit(cache=True, error_model="numpy")
-def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc):
+def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
     """Per-column chunk stats ``(mc, sc)`` of ``cl`` rows from ``xb[p]`` (row
     step ``sn``): :func:`.segment.chunk_stats` on every column."""
     wide_vectors()
     nv = (jn + W - 1) // W
-    for v in range(nv):
-        j = v * W
-        m = splat(_NINF)
-        for k in range(cl):
-            m = vmax_x86(m, vload_part(xb, p + k * sn + j, jn - j, _NINF))
-        vstore_part(mc, j, m, jn - j)
+    for j in range(0, jn, W):  # row by row: the tile streams through memory
+        vstore(mc, j, vload_n(xb, p + j, jn - j, _NINF))
+    for k in range(1, cl):
+        q = p + k * sn
+        for j in range(0, jn, W):
+            vstore(mc, j, vmax_x86(vload(mc, j), vload_n(xb, q + j, jn - j, _NINF)))
     if accurate:
         for lane_ in range(min(cl, LANES64)):  # lanes with no element hold 0
             for v in range(2 * nv):
-                vstore(acc64, lane_ * TILE + v * (W // 2), splat(0.0))
+                vstore(acc64, lane_ * J + v * (W // 2), splat(0.0))
         for k in range(cl):
-            q = (k % LANES64) * TILE
+            q = (k % LANES64) * J
             for v in range(nv):
                 j = v * W
-                x = vload_part(xb, p + k * sn + j, jn - j, _NINF)
+                x = vload_n(xb, p + k * sn + j, jn - j, _NINF)
                 m = vload(mc, j)
                 m64l = lo_f64(m)
                 m64h = hi_f64(m)
                 a = q + j
                 vstore(acc64, a, vload(acc64, a) + exp_f64(lo_f64(x) - m64l))
                 vstore(acc64, a + W // 2, vload(acc64, a + W // 2) + exp_f64(hi_f64(x) - m64h))
-        _lane_tree(acc64, min(cl, LANES64), 2 * nv, W // 2)
+        _lane_tree(acc64, min(cl, LANES64), 2 * nv, W // 2, J)
         for j in range(jn):
             sc[j] = acc64[j]
     else:
         for lane_ in range(min(cl, LANES32)):
             for v in range(nv):
-                vstore(acc32, lane_ * TILE + v * W, splat(_ZERO))
+                vstore(acc32, lane_ * J + v * W, splat(_ZERO))
         for k in range(cl):
-            q = (k % LANES32) * TILE
+            q = (k % LANES32) * J
             for v in range(nv):
                 j = v * W
-                x = vload_part(xb, p + k * sn + j, jn - j, _NINF)
-                vstore(acc32, q + j, vload(acc32, q + j) + exp_f32(x - vload(mc, j)))
-        _lane_tree(acc32, min(cl, LANES32), nv, W)
+                x = vload_n(xb, p + k * sn + j, jn - j, _NINF)
+                e = exp_f32_sum(x - vload(mc, j))  # the terms of .segment._sum32
+                vstore(acc32, q + j, vload(acc32, q + j) + e)
+        _lane_tree(acc32, min(cl, LANES32), nv, W, J)
         for j in range(jn):
             sc[j] = np.float64(acc32[j])
 
 
 @njit(inline="always", error_model="numpy")
-def _lane_tree(acc, used, nvec, w):
-    """Add the lane rows of ``acc`` (row ``l`` at ``l * TILE``) by the tree
+def _lane_tree(acc, used, nvec, w, J):
+    """Add the lane rows of ``acc`` (row ``l`` at ``l * J``) by the tree
     of :mod:`.segment`: ``l + l + h`` for ``h = L/2, ..., 1``, ``L`` the lane
     count (64 or 16); rows at or past ``used`` are zero and are skipped
     (adding 0 changes no bit)."""
@@ -164,8 +172,8 @@ def _lane_tree(acc, used, nvec, w):
     while h >= 1:
         for lane_ in range(min(h, used)):
             if lane_ + h < used:
-                a = lane_ * TILE
-                b = (lane_ + h) * TILE
+                a = lane_ * J
+                b = (lane_ + h) * J
                 for v in range(nvec):
                     vstore(acc, a + v * w, vload(acc, a + v * w) + vload(acc, b + v * w))
         h //= 2
@@ -200,55 +208,55 @@ def _col_nan(xb, p, sn, cl, j):
 
 
 @njit(cache=True, error_model="numpy")
-def forward_tiles(xb, ob, g, op, accurate, t0, t1):
+def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     """Forward on tiles ``[t0, t1)`` (tile ``t`` = outer index ``t // ntile``,
-    columns ``(t % ntile) * TILE ...``). ``ob`` may be the memory of ``xb``
+    columns ``(t % ntile) * J ...``). ``ob`` may be the memory of ``xb``
     with the same geometry (in place): pass 2 reads each vector (or chunk
     stage) before writing it."""
     wide_vectors()
     n = g[2]
     ni = g[3]
-    ntile = (ni + TILE - 1) // TILE
+    ntile = (ni + J - 1) // J
     ccl = min(n, CHUNK)
-    f32s = np.empty((LANES32 + 4) * TILE, np.float32)  # two allocations only
-    f64s = np.empty((LANES64 + 5) * TILE)
-    acc32 = f32s[: LANES32 * TILE]
-    mc, ma, la, ia = _rows4(f32s, LANES32)
-    acc64 = f64s[: LANES64 * TILE]
-    sc, m, s, lg = _rows4(f64s, LANES64)
-    inv = f64s[(LANES64 + 4) * TILE :]
-    xst = stage_for(xb, ccl * TILE, g[8] != 1)
-    ost = stage_for(ob, ccl * TILE, g[13] != 1)
+    f32s = np.empty((LANES32 + 4) * J, np.float32)  # two allocations only
+    f64s = np.empty((LANES64 + 5) * J)
+    acc32 = f32s[: LANES32 * J]
+    mc, ma, la, ia = _rows4(f32s, LANES32, J)
+    acc64 = f64s[: LANES64 * J]
+    sc, m, s, lg = _rows4(f64s, LANES64, J)
+    inv = f64s[(LANES64 + 4) * J :]
+    xst = stage_for(xb, ccl * J, g[8] != 1)
+    ost = stage_for(ob, ccl * J, g[13] != 1)
     for t in range(t0, t1):
-        xbase, xsn, xsi = _tile_geom(g, 0, t, ntile)
-        obase, osn, osi = _tile_geom(g, 1, t, ntile)
-        jn = min(TILE, ni - (t % ntile) * TILE)
+        xbase, xsn, xsi = _tile_geom(g, 0, t, ntile, J)
+        obase, osn, osi = _tile_geom(g, 1, t, ntile, J)
+        jn = min(J, ni - (t % ntile) * J)
         for c0 in range(0, n, CHUNK):
             cl = min(CHUNK, n - c0)
-            buf, p, sn = _chunk_view(xb, xbase, xsn, xsi, c0, cl, jn, xst)
-            _tile_stats(buf, p, sn, cl, jn, accurate, acc32, acc64, mc, sc)
+            buf, p, sn = _chunk_view(xb, xbase, xsn, xsi, c0, cl, jn, xst, J)
+            _tile_stats(buf, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J)
             for j in range(jn):  # all--inf columns: 0, or NaN if one is NaN
                 if mc[j] == _NINF:
                     sc[j] = np.nan if _col_nan(buf, p, sn, cl, j) else 0.0
             _merge_cols(m, s, mc, sc, jn, c0 == 0)
         for j in range(0, jn, W // 2):
-            v = vload_part(s, j, jn - j, 1.0)
-            vstore_part(lg, j, log_f64(v), jn - j)
-            vstore_part(inv, j, 1.0 / v, jn - j)
+            v = vload_n(s, j, jn - j, 1.0)
+            vstore_n(lg, j, log_f64(v), jn - j)
+            vstore_n(inv, j, 1.0 / v, jn - j)
         for j in range(jn):
             ma[j] = np.float32(m[j])
             la[j] = np.float32(lg[j])
             ia[j] = np.float32(inv[j])
         for c0 in range(0, n, CHUNK):
             cl = min(CHUNK, n - c0)
-            buf, p, sn = _chunk_view(xb, xbase, xsn, xsi, c0, cl, jn, xst)
+            buf, p, sn = _chunk_view(xb, xbase, xsn, xsi, c0, cl, jn, xst, J)
             if osi == 1:
                 ot, q, qsn = ob, obase + c0 * osn, osn
             else:
-                ot, q, qsn = ost, 0, TILE
+                ot, q, qsn = ost, 0, J
             _tile_write(buf, p, sn, ot, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la, ia)
             if osi != 1:
-                _stage_out(ost, ob, obase, osn, osi, c0, cl, jn)
+                _stage_out(ost, ob, obase, osn, osi, c0, cl, jn, J)
 
 
 @njit(cache=True, error_model="numpy")
@@ -259,7 +267,7 @@ def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la,
         px = p + k * sn
         po = q + k * qsn
         for j in range(0, jn, W):
-            x = vload_part(xb, px + j, jn - j, _ZERO)
+            x = vload_n(xb, px + j, jn - j, _ZERO)
             if accurate:
                 ml = vload(m, j)
                 mh = vload(m, j + W // 2)
@@ -277,42 +285,42 @@ def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la,
                 y = (x - vload(ma, j)) - vload(la, j)
             else:
                 y = exp_f32(x - vload(ma, j)) * vload(ia, j)
-            vstore_part(ob, po + j, y, jn - j)
+            vstore_n(ob, po + j, y, jn - j)
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
-def forward_parallel(xb, ob, g, op, accurate, ntask):
+def forward_parallel(xb, ob, g, op, accurate, J, ntask):
     """:func:`forward_tiles` over every tile, ``ntask`` ranges in parallel."""
-    tiles = g[0] * g[1] * ((g[3] + TILE - 1) // TILE)
+    tiles = g[0] * g[1] * ((g[3] + J - 1) // J)
     for t in prange(ntask):
-        forward_tiles(xb, ob, g, op, accurate, t * tiles // ntask, (t + 1) * tiles // ntask)
+        forward_tiles(xb, ob, g, op, accurate, J, t * tiles // ntask, (t + 1) * tiles // ntask)
 
 
 @njit(cache=True, error_model="numpy")
-def _tile_grad_sum(db, pd, dsn, yb, py, ysn, cl, jn, op, acc64, sc):
+def _tile_grad_sum(db, pd, dsn, yb, py, ysn, cl, jn, op, acc64, sc, J):
     """Per-column chunk sums of ``diff_dst`` (or ``diff_dst * dst``) over 16
     float64 lanes (:func:`.segment.chunk_grad_sum` per column)."""
     wide_vectors()
     nv = (jn + W - 1) // W
     for lane_ in range(min(cl, LANES64)):
         for v in range(2 * nv):
-            vstore(acc64, lane_ * TILE + v * (W // 2), splat(0.0))
+            vstore(acc64, lane_ * J + v * (W // 2), splat(0.0))
     for k in range(cl):
-        q = (k % LANES64) * TILE
+        q = (k % LANES64) * J
         for v in range(nv):
             j = v * W
-            d = vload_part(db, pd + k * dsn + j, jn - j, _ZERO)
+            d = vload_n(db, pd + k * dsn + j, jn - j, _ZERO)
             a = q + j
             if op == _LSM:
                 lo = lo_f64(d)
                 hi = hi_f64(d)
             else:
-                y = vload_part(yb, py + k * ysn + j, jn - j, _ZERO)
+                y = vload_n(yb, py + k * ysn + j, jn - j, _ZERO)
                 lo = lo_f64(d) * lo_f64(y)
                 hi = hi_f64(d) * hi_f64(y)
             vstore(acc64, a, vload(acc64, a) + lo)
             vstore(acc64, a + W // 2, vload(acc64, a + W // 2) + hi)
-    _lane_tree(acc64, min(cl, LANES64), 2 * nv, W // 2)
+    _lane_tree(acc64, min(cl, LANES64), 2 * nv, W // 2, J)
     for j in range(jn):
         sc[j] = acc64[j]
 
@@ -324,8 +332,8 @@ def _tile_grad_write(db, pd, dsn, yb, py, ysn, ob, q, qsn, cl, jn, op, accurate,
     wide_vectors()
     for k in range(cl):
         for j in range(0, jn, W):
-            d = vload_part(db, pd + k * dsn + j, jn - j, _ZERO)
-            y = vload_part(yb, py + k * ysn + j, jn - j, _ZERO)
+            d = vload_n(db, pd + k * dsn + j, jn - j, _ZERO)
+            y = vload_n(yb, py + k * ysn + j, jn - j, _ZERO)
             if accurate:
                 sl = vload(s, j)
                 sh = vload(s, j + W // 2)
@@ -340,92 +348,92 @@ def _tile_grad_write(db, pd, dsn, yb, py, ysn, ob, q, qsn, cl, jn, op, accurate,
                 g_ = vfma(exp_f32(y), -vload(sa, j), d)
             else:
                 g_ = y * (d - vload(sa, j))
-            vstore_part(ob, q + k * qsn + j, g_, jn - j)
+            vstore_n(ob, q + k * qsn + j, g_, jn - j)
 
 
 @njit(cache=True, error_model="numpy")
-def backward_tiles(db, yb, ob, g, op, accurate, t0, t1):
+def backward_tiles(db, yb, ob, g, op, accurate, J, t0, t1):
     """Backward on tiles ``[t0, t1)``; ``ob`` may be the memory of ``db`` or
     ``yb`` with the same geometry (in place, as :func:`forward_tiles`)."""
     wide_vectors()
     n = g[2]
     ni = g[3]
-    ntile = (ni + TILE - 1) // TILE
+    ntile = (ni + J - 1) // J
     ccl = min(n, CHUNK)
-    f64s = np.empty((LANES64 + 2) * TILE)
-    acc64 = f64s[: LANES64 * TILE]
-    sc = f64s[LANES64 * TILE : (LANES64 + 1) * TILE]
-    s = f64s[(LANES64 + 1) * TILE :]
-    sa = np.empty(TILE, np.float32)
-    dst_ = stage_for(db, ccl * TILE, g[8] != 1)
-    yst = stage_for(yb, ccl * TILE, g[13] != 1)
-    ost = stage_for(ob, ccl * TILE, g[18] != 1)
+    f64s = np.empty((LANES64 + 2) * J)
+    acc64 = f64s[: LANES64 * J]
+    sc = f64s[LANES64 * J : (LANES64 + 1) * J]
+    s = f64s[(LANES64 + 1) * J :]
+    sa = np.empty(J, np.float32)
+    dst_ = stage_for(db, ccl * J, g[8] != 1)
+    yst = stage_for(yb, ccl * J, g[13] != 1)
+    ost = stage_for(ob, ccl * J, g[18] != 1)
     for t in range(t0, t1):
-        dbase, dsn, dsi = _tile_geom(g, 0, t, ntile)
-        ybase, ysn, ysi = _tile_geom(g, 1, t, ntile)
-        obase, osn, osi = _tile_geom(g, 2, t, ntile)
-        jn = min(TILE, ni - (t % ntile) * TILE)
+        dbase, dsn, dsi = _tile_geom(g, 0, t, ntile, J)
+        ybase, ysn, ysi = _tile_geom(g, 1, t, ntile, J)
+        obase, osn, osi = _tile_geom(g, 2, t, ntile, J)
+        jn = min(J, ni - (t % ntile) * J)
         for j in range(jn):
             s[j] = 0.0
         for c0 in range(0, n, CHUNK):
             cl = min(CHUNK, n - c0)
-            bd, pd, sd = _chunk_view(db, dbase, dsn, dsi, c0, cl, jn, dst_)
-            by, py, sy = _chunk_view(yb, ybase, ysn, ysi, c0, cl, jn, yst)
-            _tile_grad_sum(bd, pd, sd, by, py, sy, cl, jn, op, acc64, sc)
+            bd, pd, sd = _chunk_view(db, dbase, dsn, dsi, c0, cl, jn, dst_, J)
+            by, py, sy = _chunk_view(yb, ybase, ysn, ysi, c0, cl, jn, yst, J)
+            _tile_grad_sum(bd, pd, sd, by, py, sy, cl, jn, op, acc64, sc, J)
             for j in range(jn):  # chunk sums added in order, as the rows do
                 s[j] += sc[j]
         for j in range(jn):
             sa[j] = np.float32(s[j])
         for c0 in range(0, n, CHUNK):
             cl = min(CHUNK, n - c0)
-            bd, pd, sd = _chunk_view(db, dbase, dsn, dsi, c0, cl, jn, dst_)
-            by, py, sy = _chunk_view(yb, ybase, ysn, ysi, c0, cl, jn, yst)
+            bd, pd, sd = _chunk_view(db, dbase, dsn, dsi, c0, cl, jn, dst_, J)
+            by, py, sy = _chunk_view(yb, ybase, ysn, ysi, c0, cl, jn, yst, J)
             if osi == 1:
                 ot, q, qsn = ob, obase + c0 * osn, osn
             else:
-                ot, q, qsn = ost, 0, TILE
+                ot, q, qsn = ost, 0, J
             _tile_grad_write(bd, pd, sd, by, py, sy, ot, q, qsn, cl, jn, op, accurate, s, sa)
             if osi != 1:
-                _stage_out(ost, ob, obase, osn, osi, c0, cl, jn)
+                _stage_out(ost, ob, obase, osn, osi, c0, cl, jn, J)
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
-def backward_parallel(db, yb, ob, g, op, accurate, ntask):
+def backward_parallel(db, yb, ob, g, op, accurate, J, ntask):
     """:func:`backward_tiles` over every tile, ``ntask`` ranges in parallel."""
-    tiles = g[0] * g[1] * ((g[3] + TILE - 1) // TILE)
+    tiles = g[0] * g[1] * ((g[3] + J - 1) // J)
     for t in prange(ntask):
-        backward_tiles(db, yb, ob, g, op, accurate, t * tiles // ntask, (t + 1) * tiles // ntask)
+        backward_tiles(db, yb, ob, g, op, accurate, J, t * tiles // ntask, (t + 1) * tiles // ntask)
 
 
 @njit(cache=True, error_model="numpy")
-def logsumexp_tiles(xb, rb, g, t0, t1):
+def logsumexp_tiles(xb, rb, g, J, t0, t1):
     """float64 logsumexp of every column of tiles ``[t0, t1)`` into ``rb``
     (operand 1 of ``g``), from the accurate stats (as :func:`.rows.logsumexp_range`)."""
     wide_vectors()
     n = g[2]
     ni = g[3]
-    ntile = (ni + TILE - 1) // TILE
+    ntile = (ni + J - 1) // J
     ccl = min(n, CHUNK)
-    mc = np.empty(TILE, np.float32)
+    mc = np.empty(J, np.float32)
     acc32 = mc  # unused: the accurate stats only
-    f64s = np.empty((LANES64 + 4) * TILE)
-    acc64 = f64s[: LANES64 * TILE]
-    sc, m, s, lg = _rows4(f64s, LANES64)
-    xst = stage_for(xb, ccl * TILE, g[8] != 1)
+    f64s = np.empty((LANES64 + 4) * J)
+    acc64 = f64s[: LANES64 * J]
+    sc, m, s, lg = _rows4(f64s, LANES64, J)
+    xst = stage_for(xb, ccl * J, g[8] != 1)
     for t in range(t0, t1):
-        xbase, xsn, xsi = _tile_geom(g, 0, t, ntile)
-        rbase, _, rsi = _tile_geom(g, 1, t, ntile)
-        jn = min(TILE, ni - (t % ntile) * TILE)
+        xbase, xsn, xsi = _tile_geom(g, 0, t, ntile, J)
+        rbase, _, rsi = _tile_geom(g, 1, t, ntile, J)
+        jn = min(J, ni - (t % ntile) * J)
         for c0 in range(0, n, CHUNK):
             cl = min(CHUNK, n - c0)
-            buf, p, sn = _chunk_view(xb, xbase, xsn, xsi, c0, cl, jn, xst)
-            _tile_stats(buf, p, sn, cl, jn, True, acc32, acc64, mc, sc)
+            buf, p, sn = _chunk_view(xb, xbase, xsn, xsi, c0, cl, jn, xst, J)
+            _tile_stats(buf, p, sn, cl, jn, True, acc32, acc64, mc, sc, J)
             for j in range(jn):
                 if mc[j] == _NINF:
                     sc[j] = np.nan if _col_nan(buf, p, sn, cl, j) else 0.0
             _merge_cols(m, s, mc, sc, jn, c0 == 0)
         for j in range(0, jn, W // 2):
-            vstore_part(lg, j, log_f64(vload_part(s, j, jn - j, 1.0)), jn - j)
+            vstore_n(lg, j, log_f64(vload_n(s, j, jn - j, 1.0)), jn - j)
         for j in range(jn):
             if m[j] == np.inf:
                 nan = _col_nan(xb, xbase + j * xsi, xsn, n, 0)
@@ -436,8 +444,8 @@ def logsumexp_tiles(xb, rb, g, t0, t1):
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
-def logsumexp_parallel(xb, rb, g, ntask):
+def logsumexp_parallel(xb, rb, g, J, ntask):
     """:func:`logsumexp_tiles` over every tile, ``ntask`` ranges in parallel."""
-    tiles = g[0] * g[1] * ((g[3] + TILE - 1) // TILE)
+    tiles = g[0] * g[1] * ((g[3] + J - 1) // J)
     for t in prange(ntask):
-        logsumexp_tiles(xb, rb, g, t * tiles // ntask, (t + 1) * tiles // ntask)
+        logsumexp_tiles(xb, rb, g, J, t * tiles // ntask, (t + 1) * tiles // ntask)

@@ -7,7 +7,8 @@ each chunk (:func:`chunk_stats`):
 * ``s_c = sum(exp(x - m_c))`` -- element ``k`` of the chunk goes to *lane*
   ``k % 64`` (float32 terms, :func:`._math.exp_f32`) or ``k % 16``
   (float64 terms of the exact float64 difference, :func:`._math.exp_f64`,
-  the *accurate* path); each lane is a running sum in element order, and
+  the *accurate* path; the fast path's float32 terms are
+  :func:`._math.exp_f32_sum`); each lane is a running sum in element order, and
   the lanes are added by a fixed pairwise tree (lane ``l`` + lane
   ``l + 32``, then ``+ 16``, ``8``, ``4``, ``2``, ``1``). That is 64
   independent float32 accumulators over at most 64 terms each (API.md's
@@ -56,22 +57,24 @@ import numpy as np
 from numba import njit
 
 from .. import Op
-from ._math import exp_f32, exp_f64, exp_f64_any, log_f64
+from ._math import exp_f32, exp_f32_sum, exp_f64, exp_f64_any, log_f64
 from ._simd import wide_vectors
 from ._vec import (
     W,
     hi_f64,
     join_f32,
     lane,
+    lanes_below,
     lo_f64,
     reduce_add,
     reduce_max,
     splat,
     vfma,
     vload,
+    vload_n,
     vload_part,
     vstore,
-    vstore_part,
+    vstore_n,
     where,
 )
 
@@ -94,12 +97,13 @@ __all__ = [
 CHUNK = 4096
 #: float32 results of rows up to this length take the accurate path (forward)
 SHORT = 1024
-#: ... and of the backward: past 64 elements its fast path (float32 ``exp``,
-#: one FMA) is already 1.5-2.6 eps where PyTorch is 15-42 (n = 250-1000),
-#: while the float64 ``exp(dst)`` it would need costs 2.5x (docs/performance.md);
-#: on short rows the margin is thin (2.7-3.0 vs 3.4-3.9 eps at n = 3) and the
-#: suite holds rows of 4-40 to 1 eps, so they keep the float64 path
-SHORT_BACKWARD = 64
+#: ... and of the backward. Its fast path (float32 ``exp``, one FMA) is
+#: already 2.0-3.0 eps where PyTorch is 3.8-17.8 (n = 3-250, float32, max
+#: over 6 seeds x 200k elements: ``python benchmarks/accuracy_cpu.py``)
+#: while the float64 ``exp(dst)`` of the accurate path costs ~2.5x; the
+#: suite holds rows of 4-40 elements to 1 eps (the accurate path: 0.50), so
+#: rows up to 48 keep it. NCHW channel counts of 64 and more run fast.
+SHORT_BACKWARD = 48
 #: float32 term lanes per chunk (4 vectors of W)
 LANES32 = 4 * W
 #: float64 term lanes per chunk (2 vectors of W // 2)
@@ -133,14 +137,15 @@ def chunk_max(xs, c0, cl):
         m3 = vmax_x86(m3, vload(xs, c0 + k + 3 * W))
         k += 4 * W
     while k < cl:
-        m0 = vmax_x86(m0, vload_part(xs, c0 + k, cl - k, _NINF))
+        m0 = vmax_x86(m0, vload_n(xs, c0 + k, cl - k, _NINF))
         k += W
     return reduce_max(vmax_x86(vmax_x86(m0, m1), vmax_x86(m2, m3)))
 
 
 @njit(inline="always", error_model="numpy")
 def _sum32(xs, c0, cl, m):
-    """``sum(exp_f32(x - m))`` over 64 float32 lanes + the tree (module doc)."""
+    """``sum(exp(x - m))`` over 64 float32 lanes + the tree (module doc),
+    terms by :func:`._math.exp_f32_sum`."""
     wide_vectors()
     a0 = splat(_ZERO)
     a1 = a0
@@ -148,21 +153,28 @@ def _sum32(xs, c0, cl, m):
     a3 = a0
     k = 0
     while k + 4 * W <= cl:
-        a0 = a0 + exp_f32(vload(xs, c0 + k) - m)
-        a1 = a1 + exp_f32(vload(xs, c0 + k + W) - m)
-        a2 = a2 + exp_f32(vload(xs, c0 + k + 2 * W) - m)
-        a3 = a3 + exp_f32(vload(xs, c0 + k + 3 * W) - m)
+        a0 = a0 + exp_f32_sum(vload(xs, c0 + k) - m)
+        a1 = a1 + exp_f32_sum(vload(xs, c0 + k + W) - m)
+        a2 = a2 + exp_f32_sum(vload(xs, c0 + k + 2 * W) - m)
+        a3 = a3 + exp_f32_sum(vload(xs, c0 + k + 3 * W) - m)
         k += 4 * W
-    r = cl - k  # masked lanes read as -inf: their terms are exactly 0
+    r = cl - k  # masked-off lanes add exactly 0
     if r > 0:
-        a0 = a0 + exp_f32(vload_part(xs, c0 + k, r, _NINF) - m)
+        a0 = a0 + _tail_terms(xs, c0 + k, r, m)
     if r > W:
-        a1 = a1 + exp_f32(vload_part(xs, c0 + k + W, r - W, _NINF) - m)
+        a1 = a1 + _tail_terms(xs, c0 + k + W, r - W, m)
     if r > 2 * W:
-        a2 = a2 + exp_f32(vload_part(xs, c0 + k + 2 * W, r - 2 * W, _NINF) - m)
+        a2 = a2 + _tail_terms(xs, c0 + k + 2 * W, r - 2 * W, m)
     if r > 3 * W:
-        a3 = a3 + exp_f32(vload_part(xs, c0 + k + 3 * W, r - 3 * W, _NINF) - m)
+        a3 = a3 + _tail_terms(xs, c0 + k + 3 * W, r - 3 * W, m)
     return np.float64(reduce_add((a0 + a2) + (a1 + a3)))
+
+
+@njit(inline="always", error_model="numpy")
+def _tail_terms(xs, k, count, m):
+    """The terms of a partial vector: lanes past ``count`` are exactly 0."""
+    e = exp_f32_sum(vload_part(xs, k, count, _NINF) - m)
+    return where(lanes_below(count), e, _ZERO)
 
 
 @njit(inline="always", error_model="numpy")
@@ -179,7 +191,7 @@ def _sum64(xs, c0, cl, m):
         hi = hi + exp_f64(hi_f64(v) - m64)
         k += W
     if k < cl:
-        v = vload_part(xs, c0 + k, cl - k, _NINF)
+        v = vload_n(xs, c0 + k, cl - k, _NINF)
         lo = lo + exp_f64(lo_f64(v) - m64)
         hi = hi + exp_f64(hi_f64(v) - m64)
     return reduce_add(lo + hi)
@@ -243,16 +255,16 @@ def write_forward(xs, os, c0, cl, op, accurate, m, lg, inv):
         if op == _LSM:
             k = c0
             while k < end:
-                v = vload_part(xs, k, end - k, _ZERO)
+                v = vload_n(xs, k, end - k, _ZERO)
                 y = join_f32((lo_f64(v) - m) - lg, (hi_f64(v) - m) - lg)
-                vstore_part(os, k, y, end - k)
+                vstore_n(os, k, y, end - k)
                 k += W
         else:
             k = c0
             while k < end:
-                v = vload_part(xs, k, end - k, _ZERO)
+                v = vload_n(xs, k, end - k, _ZERO)
                 y = join_f32(exp_f64(lo_f64(v) - m) * inv, exp_f64(hi_f64(v) - m) * inv)
-                vstore_part(os, k, y, end - k)
+                vstore_n(os, k, y, end - k)
                 k += W
         return
     m32 = np.float32(m)
@@ -263,7 +275,7 @@ def write_forward(xs, os, c0, cl, op, accurate, m, lg, inv):
             vstore(os, k, (vload(xs, k) - m32) - l32)
             k += W
         if k < end:
-            vstore_part(os, k, (vload_part(xs, k, end - k, _ZERO) - m32) - l32, end - k)
+            vstore_n(os, k, (vload_n(xs, k, end - k, _ZERO) - m32) - l32, end - k)
     else:
         i32 = np.float32(inv)
         k = c0
@@ -271,8 +283,8 @@ def write_forward(xs, os, c0, cl, op, accurate, m, lg, inv):
             vstore(os, k, exp_f32(vload(xs, k) - m32) * i32)
             k += W
         if k < end:
-            v = vload_part(xs, k, end - k, _ZERO)
-            vstore_part(os, k, exp_f32(v - m32) * i32, end - k)
+            v = vload_n(xs, k, end - k, _ZERO)
+            vstore_n(os, k, exp_f32(v - m32) * i32, end - k)
 
 
 @njit(inline="always", error_model="numpy")
@@ -287,14 +299,14 @@ def chunk_grad_sum(ds, ys, c0, cl, op):
     k = c0
     if op == _LSM:
         while k < end:
-            d = vload_part(ds, k, end - k, _ZERO)
+            d = vload_n(ds, k, end - k, _ZERO)
             lo = lo + lo_f64(d)
             hi = hi + hi_f64(d)
             k += W
     else:
         while k < end:
-            d = vload_part(ds, k, end - k, _ZERO)
-            y = vload_part(ys, k, end - k, _ZERO)
+            d = vload_n(ds, k, end - k, _ZERO)
+            y = vload_n(ys, k, end - k, _ZERO)
             lo = lo + lo_f64(d) * lo_f64(y)
             hi = hi + hi_f64(d) * hi_f64(y)
             k += W
@@ -313,20 +325,20 @@ def write_backward(ds, ys, os, c0, cl, op, accurate, s):
         ns = -s
         if op == _LSM:
             while k < end:
-                d = vload_part(ds, k, end - k, _ZERO)
-                y = vload_part(ys, k, end - k, _ZERO)
+                d = vload_n(ds, k, end - k, _ZERO)
+                y = vload_n(ys, k, end - k, _ZERO)
                 g = join_f32(
                     vfma(exp_f64_any(lo_f64(y)), ns, lo_f64(d)),
                     vfma(exp_f64_any(hi_f64(y)), ns, hi_f64(d)),
                 )
-                vstore_part(os, k, g, end - k)
+                vstore_n(os, k, g, end - k)
                 k += W
         else:
             while k < end:
-                d = vload_part(ds, k, end - k, _ZERO)
-                y = vload_part(ys, k, end - k, _ZERO)
+                d = vload_n(ds, k, end - k, _ZERO)
+                y = vload_n(ys, k, end - k, _ZERO)
                 g = join_f32(lo_f64(y) * (lo_f64(d) - s), hi_f64(y) * (hi_f64(d) - s))
-                vstore_part(os, k, g, end - k)
+                vstore_n(os, k, g, end - k)
                 k += W
         return
     ns32 = np.float32(-s)
@@ -336,14 +348,14 @@ def write_backward(ds, ys, os, c0, cl, op, accurate, s):
             vstore(os, k, vfma(exp_f32(vload(ys, k)), ns32, vload(ds, k)))
             k += W
         if k < end:
-            d = vload_part(ds, k, end - k, _ZERO)
-            y = vload_part(ys, k, end - k, _ZERO)
-            vstore_part(os, k, vfma(exp_f32(y), ns32, d), end - k)
+            d = vload_n(ds, k, end - k, _ZERO)
+            y = vload_n(ys, k, end - k, _ZERO)
+            vstore_n(os, k, vfma(exp_f32(y), ns32, d), end - k)
     else:
         while k + W <= end:
             vstore(os, k, vload(ys, k) * (vload(ds, k) - s32))
             k += W
         if k < end:
-            d = vload_part(ds, k, end - k, _ZERO)
-            y = vload_part(ys, k, end - k, _ZERO)
-            vstore_part(os, k, y * (d - s32), end - k)
+            d = vload_n(ds, k, end - k, _ZERO)
+            y = vload_n(ys, k, end - k, _ZERO)
+            vstore_n(os, k, y * (d - s32), end - k)
