@@ -52,7 +52,8 @@ __all__ = [
     "logsumexp_parallel",
 ]
 
-def tile_width(n: int, ni: int) -> int:
+@njit(cache=True)
+def tile_width(n, ni):
     """Columns per tile ``J`` (a speed choice: the arithmetic per column does
     not depend on it). Wide tiles win: each tile row is ``J`` contiguous
     elements on its own page, and at 64 columns (256 B per row, 12.5 KiB
