@@ -39,7 +39,10 @@ compiled for one CPU is never loaded on another).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import os
+from pathlib import Path
 
 import numpy as np
 
@@ -62,6 +65,50 @@ _F64 = dtypes.float64
 _F32 = dtypes.float32
 _LSM = int(Op.LOG_SOFTMAX)
 _SM = int(Op.SOFTMAX)
+
+
+def _drop_stale_kernel_cache() -> None:
+    """Drop numba's cached machine code when any kernel source changed.
+
+    numba keys a cached function by its *own* file only, but the kernels
+    inline functions of other modules (``segment.py``, ``_math.py``,
+    ``_vec.py``...): after an edit there, a kernel loaded from the cache
+    would still run the old arithmetic (a serial kernel and a freshly
+    compiled parallel one then disagreed in their bits). So the sources of
+    this package (and of the JAX bridge, which inlines them too) are
+    fingerprinted, and on a change the cached code next to them is removed
+    before any kernel loads. Skipped when ``NUMBA_CACHE_DIR`` moves the
+    cache elsewhere. Costs ~1 ms, once per process, on first use of the
+    backend.
+    """
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return
+    here = Path(__file__).resolve().parent
+    dirs = [here, here.parent.parent / "jax"]
+    sources = sorted(p for d in dirs if d.is_dir() for p in d.glob("*.py"))
+    digest = hashlib.sha256()
+    for p in sources:
+        digest.update(p.name.encode() + p.read_bytes())
+    stamp = digest.hexdigest()
+    marker = here / "__pycache__" / "logsoftmax-kernel-sources.sha256"
+    try:
+        if marker.read_text() == stamp:
+            return
+    except OSError:
+        pass
+    try:
+        for d in dirs:
+            for f in (d / "__pycache__").glob("*.nb[ic]"):
+                f.unlink(missing_ok=True)
+        marker.parent.mkdir(exist_ok=True)
+        tmp = marker.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(stamp)
+        tmp.replace(marker)
+    except OSError:  # a read-only install: numba then caches elsewhere
+        pass
+
+
+_drop_stale_kernel_cache()
 
 
 def _k():
