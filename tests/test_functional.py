@@ -1067,3 +1067,29 @@ def test_bit_identical_whatever_the_number_of_threads(backend, dtype):
         numba.set_num_threads(saved)
     for a, b in zip(one, two):
         assert_bitwise_equal(a, b)
+
+
+# --------------------------------------------------------------------------
+# issue 13, contract gap 3: dtype= wider than the input computes in dtype
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize("op", ["log_softmax", "softmax"])
+@pytest.mark.parametrize("src", [BF16, F16, F32], ids=dtype_id)
+def test_wider_dtype_computes_in_it_whatever_the_storage(backend, op, src):
+    """``f(x_bf16, dtype=float64)`` is the float64 answer for those values,
+    the same bits as the same values passed as float32 or as float64 (the
+    result depends on the values, not on how they were stored), and it is
+    float64-accurate (PyTorch computes in float64 there too)."""
+    rng = np.random.default_rng(31)
+    x = (rng.standard_normal((7, 300)) * 3).astype(src)
+    fn = getattr(logsoftmax, op)
+    got = fn(x, 1, dtype=F64)
+    assert got.dtype == F64
+    for same_values in (x.astype(F32), x.astype(F64)):
+        assert np.array_equal(got, fn(same_values, 1, dtype=F64))
+    ref = REF[op](x.astype(F64), 1)
+    assert_close_eps(got, ref, F64, TOL_EPS[op])
+    dd = rng.standard_normal(x.shape).astype(src)
+    y = logsoftmax.log_softmax(x, 1)
+    g = logsoftmax.log_softmax_backward(dd, y, 1, dtype=F64)
+    assert g.dtype == F64
+    assert np.array_equal(g, logsoftmax.log_softmax_backward(dd.astype(F64), y.astype(F64), 1))

@@ -71,10 +71,14 @@ def result_dtype(dtype, fn: str = "logsoftmax", arg: str = "x") -> np.dtype:
     )
 
 
-def accumulation_dtype(dtype) -> np.dtype:
-    """The dtype sums run in for data of ``dtype``: float64 for float64,
-    float32 for everything else (the low-precision types included)."""
-    return float64 if dtype == float64 else float32
+def accumulation_dtype(dtype, result=None) -> np.dtype:
+    """The working precision of data of ``dtype`` with a result of ``result``
+    (default: the same): float64 if either is float64, float32 for
+    everything else (the low-precision types included). The wider of the
+    two, so that a result depends on the input's values, not on how they
+    were stored: ``log_softmax(x_bf16, dtype=float64)`` is the float64
+    answer for those values, as PyTorch computes it."""
+    return float64 if float64 in (np.dtype(dtype), np.dtype(result or dtype)) else float32
 
 
 def check_supported(dtype, fn: str, arg: str) -> np.dtype:

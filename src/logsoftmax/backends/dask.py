@@ -64,6 +64,7 @@ import os
 from functools import partial, wraps
 import numpy as np
 
+from .. import dtypes
 from . import Backend, Op, get_backend
 
 __all__ = ["DaskBackend", "STATS_DTYPE", "DEFAULT_KERNEL", "scatter_sub"]
@@ -78,14 +79,10 @@ STATS_DTYPE = np.dtype([("m", np.float64), ("s", np.float64)])
 # --------------------------------------------------------------------------
 # helpers run on numpy blocks (module level, so workers can unpickle them)
 # --------------------------------------------------------------------------
-def _compute_dtype(dtype) -> np.dtype:
-    """float64 for float64 data, else float32 (bf16/f16 widen to f32)."""
-    return np.dtype(np.float64 if np.dtype(dtype) == np.float64 else np.float32)
-
-
-def _widen(x: np.ndarray) -> np.ndarray:
-    """A writeable copy of block ``x`` in its compute precision."""
-    return np.array(x, dtype=_compute_dtype(x.dtype), copy=True)
+def _widen(x: np.ndarray, result=None) -> np.ndarray:
+    """A writeable copy of block ``x`` in its working precision (float64 if
+    it or the ``result`` dtype is float64, else float32)."""
+    return np.array(x, dtype=dtypes.accumulation_dtype(x.dtype, result), copy=True)
 
 
 def _kept_shape(shape, axes) -> tuple[int, ...]:
@@ -150,14 +147,16 @@ def _block_logsumexp(x: np.ndarray, *, kernel: str, axes, keepdims: bool):
 
 
 @_one_kernel_thread
-def _lse_partial(x: np.ndarray, axis, keepdims: bool, *, kernel: str) -> np.ndarray:
+def _lse_partial(
+    x: np.ndarray, axis, keepdims: bool, *, kernel: str, result=None
+) -> np.ndarray:
     """Phase 1 on one block: ``(m_b, s_b)`` per row over ``axis`` (kept as 1)."""
     axes = tuple(axis)
     out = np.empty(_kept_shape(x.shape, axes), STATS_DTYPE)
     if any(x.shape[a] == 0 for a in axes) or x.size == 0:
         out["m"], out["s"] = -np.inf, 0.0  # the merge's identity element
         return out
-    xc = _widen(x)
+    xc = _widen(x, result)
     with np.errstate(all="ignore"):
         m = np.max(xc, axis=axes, keepdims=True)  # exact; NaN propagates
         # shift in the compute precision, as the fused kernel does inside
@@ -236,7 +235,7 @@ def _forward_apply(
         y = fused(op, x, axis, dtype, st["m"], st["s"], accurate)
         if y is not None:
             return y
-    y = _widen(x)
+    y = _widen(x, dtype)
     big_m, log_s, big_s = _row_terms(st, axis, y.dtype)
     with np.errstate(all="ignore"):
         np.subtract(y, big_m, out=y)
@@ -416,7 +415,9 @@ class DaskBackend(Backend):
                 fn, dtype=dtype, meta=meta, token=f"{_name(op)}-block"
             )
         accurate = _accurate(dtype, x.shape[axis])
-        stats = self._row_stats(x, (axis,), accurate=accurate)
+        if dtypes.accumulation_dtype(x.dtype, dtype) == np.float64:
+            accurate = None  # float64 work: the numpy partials, widened
+        stats = self._row_stats(x, (axis,), accurate=accurate, result=dtype)
         index = tuple(range(x.ndim))
         fn = partial(
             _forward_apply, op=op, axis=axis, dtype=dtype, kernel=self.kernel,
@@ -434,7 +435,9 @@ class DaskBackend(Backend):
             token=f"{_name(op)}-apply",
         )
 
-    def _row_stats(self, x, axes: tuple[int, ...], keepdims: bool = False, accurate=None):
+    def _row_stats(
+        self, x, axes: tuple[int, ...], keepdims: bool = False, accurate=None, result=None
+    ):
         """Lazy merged ``(M, S)`` over ``axes``, combined in a tree (the
         forward's fused phase 1 when ``accurate`` is given, else the
         logsumexp partials, which keep NaN over ``+inf``)."""
@@ -442,7 +445,7 @@ class DaskBackend(Backend):
 
         ndim = x.ndim if keepdims else x.ndim - len(axes)
         if accurate is None:
-            chunk = partial(_lse_partial, kernel=self.kernel)
+            chunk = partial(_lse_partial, kernel=self.kernel, result=result)
         else:
             chunk = partial(_stats_partial, kernel=self.kernel, accurate=accurate)
         return da.reduction(

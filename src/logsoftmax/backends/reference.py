@@ -15,9 +15,11 @@ from . import Backend
 __all__ = ["ReferenceBackend", "accumulation_dtype"]
 
 
-def accumulation_dtype(dtype) -> np.dtype:
-    """float64 for every input dtype, long double for float64 input."""
-    return np.dtype(np.longdouble if np.dtype(dtype) == np.float64 else np.float64)
+def accumulation_dtype(dtype, result=None) -> np.dtype:
+    """float64, or long double where the working precision is float64 (a
+    float64 input or result: :func:`logsoftmax.dtypes.accumulation_dtype`)."""
+    wide = dtypes.accumulation_dtype(dtype, result) == np.float64
+    return np.dtype(np.longdouble if wide else np.float64)
 
 
 def _finite_max(x, axis):
@@ -60,23 +62,23 @@ class ReferenceBackend(Backend):
 
     def log_softmax(self, x, axis, out, dtype):
         with np.errstate(all="ignore"):
-            y = _log_softmax(x.astype(accumulation_dtype(x.dtype)), axis)
+            y = _log_softmax(x.astype(accumulation_dtype(x.dtype, dtype)), axis)
         return _store(y, out, dtype)
 
     def softmax(self, x, axis, out, dtype):
         with np.errstate(all="ignore"):
-            y = np.exp(_log_softmax(x.astype(accumulation_dtype(x.dtype)), axis))
+            y = np.exp(_log_softmax(x.astype(accumulation_dtype(x.dtype, dtype)), axis))
         return _store(y, out, dtype)
 
     def log_softmax_backward(self, diff_dst, dst, axis, out, dtype):
-        acc = accumulation_dtype(diff_dst.dtype)
+        acc = accumulation_dtype(diff_dst.dtype, dtype)
         dd, y = diff_dst.astype(acc), dst.astype(acc)
         with np.errstate(all="ignore"):
             dx = dd - np.exp(y) * _sum(dd, axis)
         return _store(dx, out, dtype)
 
     def softmax_backward(self, diff_dst, dst, axis, out, dtype):
-        acc = accumulation_dtype(diff_dst.dtype)
+        acc = accumulation_dtype(diff_dst.dtype, dtype)
         dd, y = diff_dst.astype(acc), dst.astype(acc)
         with np.errstate(all="ignore"):
             dx = y * (dd - _sum(dd * y, axis))

@@ -250,7 +250,7 @@ class CpuBackend(Backend):
         """The function that runs this call signature (module doc)."""
         if x.size == 0:
             return lambda x, out: alloc.empty_like(x, dtype) if out is None else out
-        if x.dtype == _F64 or dtype == _F64:
+        if dtypes.accumulation_dtype(x.dtype, dtype) == _F64:
             return self._float64_forward(op, axis, dtype)
         if not strides_ok(x) or (out is not None and not strides_ok(out)):
             return self._via_copies(self._forward, op, axis, dtype)
@@ -322,7 +322,7 @@ class CpuBackend(Backend):
     def _plan_backward(self, op, diff_dst, dst, axis, out, dtype):
         if diff_dst.size == 0:
             return lambda d, y, out: alloc.empty_like(d, dtype) if out is None else out
-        if diff_dst.dtype == _F64 or dtype == _F64:
+        if dtypes.accumulation_dtype(diff_dst.dtype, dtype) == _F64:
             return self._float64_backward(op, axis, dtype)
         if not (strides_ok(diff_dst) and strides_ok(dst)) or (
             out is not None and not strides_ok(out)
