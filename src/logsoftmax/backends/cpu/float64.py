@@ -738,15 +738,20 @@ def _tree_cols(t, cl, J, jn):
 
 
 @njit(**_KW)
-def _inner_stats(xb, base, sn, n, jn, J, mc, th, tl, m, s, sl):
-    """Per-column ``(m, s, sl)`` of a unit-inner-stride tile (``j < jn``): the
-    arithmetic of :func:`_row_stats` on every column; ``mc``, ``th``, ``tl``
-    (``J`` elements each) hold a chunk's max and compensated sum.
+def _inner_stats(xb, base, sn, n, jn, J):
+    """Per-column ``(m, s, sl)`` (arrays of ``J``) of a unit-inner-stride
+    tile (``j < jn``): the arithmetic of :func:`_row_stats` on every column.
 
     Loops are written inline (no helper call per tile row): a call per row
     costs numba reference-count traffic on the sliced arrays, which at
     J = 16 made this kernel 4x slower than the row kernel.
     """
+    mc = np.empty(J, np.float64)  # a chunk's max and compensated sum th + tl
+    th = np.empty(J, np.float64)
+    tl = np.empty(J, np.float64)
+    m = np.empty(J, np.float64)
+    s = np.empty(J, np.float64)
+    sl = np.empty(J, np.float64)
     for c0 in range(0, n, CHUNK):
         cl = min(n - c0, CHUNK)
         for j in range(jn):
@@ -778,6 +783,7 @@ def _inner_stats(xb, base, sn, n, jn, J, mc, th, tl, m, s, sl):
                 sl[j] = lc
             else:
                 m[j], s[j], sl[j] = _merge(m[j], s[j], sl[j], mc[j], sc, lc)
+    return m, s, sl
 
 
 @njit(**_KW)
@@ -802,18 +808,14 @@ def fwd_inner(xb, xg, ob, og, n1, n2, n, ni, op, J):
         jn = min(J, ni - j0)
         xo = _row_off(xg, o, n2) + j0 * xg[4]
         oo = _row_off(og, o, n2) + j0 * og[4]
-        mc = np.empty(J, np.float64)
-        th = np.empty(J, np.float64)
-        tl = np.empty(J, np.float64)
-        m = np.empty(J, np.float64)
-        s = np.empty(J, np.float64)
-        sl = np.empty(J, np.float64)
         xst = _tile_stage(xb, xg, n, J)
         ost = _tile_stage(ob, og, n, J)
         xt, xbase, xsn = _tile_in(xb, xg, xo, n, jn, J, xst)
         ot, obase, osn = _tile_out(ob, og, oo, J, ost)
-        _inner_stats(xt, xbase, xsn, n, jn, J, mc, th, tl, m, s, sl)
-        lg, ll, inv = th, tl, mc  # free now: log(s) = lg + ll, or 1/s
+        m, s, sl = _inner_stats(xt, xbase, xsn, n, jn, J)
+        lg = np.empty(J, np.float64)  # log_softmax: log(s) = lg + ll
+        ll = np.empty(J, np.float64)
+        inv = np.empty(J, np.float64)  # softmax: 1/s
         for j in range(jn):
             if op == Op.LOG_SOFTMAX:
                 lg[j], ll[j] = log_dd(s[j], sl[j])
@@ -836,15 +838,9 @@ def lse_inner(xb, xg, rb, rg, n1, n2, n, ni, J):
         jn = min(J, ni - j0)
         xo = _row_off(xg, o, n2) + j0 * xg[4]
         ro = _row_off(rg, o, n2) + j0 * rg[4]
-        mc = np.empty(J, np.float64)
-        th = np.empty(J, np.float64)
-        tl = np.empty(J, np.float64)
-        m = np.empty(J, np.float64)
-        s = np.empty(J, np.float64)
-        sl = np.empty(J, np.float64)
         xst = _tile_stage(xb, xg, n, J)
         xt, xbase, xsn = _tile_in(xb, xg, xo, n, jn, J, xst)
-        _inner_stats(xt, xbase, xsn, n, jn, J, mc, th, tl, m, s, sl)
+        m, s, sl = _inner_stats(xt, xbase, xsn, n, jn, J)
         for j in range(jn):
             rb[ro + j * rg[4]] = _lse_value(xt, xbase + j, n, xsn, m[j], s[j], sl[j])
 
@@ -904,6 +900,6 @@ def bwd_inner(db, dg, yb, yg, ob, og, n1, n2, n, ni, op, J):
         for k in range(n):
             pd = dbase + k * dsn
             py = ybase + k * ysn
-            po = obase + k * osn
-            _inner_bwd_row(view(dt, pd, jn), view(yt, py, jn), view(ot, po, jn), s, jn, op)
+            orow = view(ot, obase + k * osn, jn)
+            _inner_bwd_row(view(dt, pd, jn), view(yt, py, jn), orow, s, jn, op)
         _tile_flush(ob, og, oo, n, jn, J, ost)
