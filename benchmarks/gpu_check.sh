@@ -6,7 +6,9 @@
 # 1. runs tests/test_cuda.py on the device with compiled kernels
 #    (TRITON_INTERPRET=0: torch tensors live on cuda, numpy inputs are staged),
 #    default cases then the slow ones;
-# 2. runs benchmarks/bench_cuda.py (GB/s vs torch and a device copy).
+# 2. runs tests/test_losses_cuda.py (the fused loss's Triton pieces, compiled)
+#    and benchmarks/bench_losses.py --cuda (time and peak memory vs torch);
+# 3. runs benchmarks/bench_cuda.py (GB/s vs torch and a device copy).
 # Everything lands in $OUT: nvidia-smi.txt, pytest*.txt/.xml, bench_cuda.md/.json/.png,
 # summary.txt. Budget: ~9 minutes on an H200 (Triton compiles each kernel
 # specialisation once; pytest -n 8 spreads the compiles over the CPU cores).
@@ -42,6 +44,15 @@ rc_slow=$?
 t_slow=$(( $(date +%s) - start ))
 
 start=$(date +%s)
+timeout 120 "$PY" -m pytest tests/test_losses_cuda.py -q -p no:cacheprovider \
+  > "$OUT/pytest_losses.txt" 2>&1
+rc_losses=$?
+timeout 120 "$PY" benchmarks/bench_losses.py --cuda --out "$OUT" \
+  > "$OUT/bench_losses.txt" 2>&1
+rc_losses_bench=$?
+t_losses=$(( $(date +%s) - start ))
+
+start=$(date +%s)
 timeout 150 "$PY" benchmarks/bench_cuda.py --out "$OUT" --repeat 20 > "$OUT/bench.txt" 2>&1
 rc_bench=$?
 t_bench=$(( $(date +%s) - start ))
@@ -50,5 +61,6 @@ t_bench=$(( $(date +%s) - start ))
   echo "tests (default): rc=$rc_tests in ${t_tests}s: $(tail -n 1 "$OUT/pytest.txt")"
   echo "tests (slow):    rc=$rc_slow in ${t_slow}s: $(tail -n 1 "$OUT/pytest_slow.txt")"
   echo "benchmark:       rc=$rc_bench in ${t_bench}s (table: $OUT/bench_cuda.md)"
+  echo "losses (fused linear + cross-entropy): tests rc=$rc_losses, bench rc=$rc_losses_bench in ${t_losses}s: $(tail -n 1 "$OUT/pytest_losses.txt") (table: $OUT/bench_losses_cuda.md)"
 } | tee "$OUT/summary.txt"
-[ "$rc_tests" -eq 0 ] && [ "$rc_bench" -eq 0 ]
+[ "$rc_tests" -eq 0 ] && [ "$rc_bench" -eq 0 ] && [ "$rc_losses" -eq 0 ]

@@ -599,3 +599,65 @@ def test_f32_short_rows_no_worse_than_torch(n):
             assert ours <= 0.55, (op, seed, ours)
             col = _fwd(op, np.ascontiguousarray(x.T), 0).T
             assert np.array_equal(bits(got), bits(col)), op
+
+
+# ---------------------------------------------------------------------------
+# portable bits: AVX2 code gives the AVX-512 code's results
+# ---------------------------------------------------------------------------
+_DIGEST = """
+import hashlib, sys
+import ml_dtypes, numpy as np
+import logsoftmax as ls
+rng = np.random.default_rng(3)
+h = hashlib.sha256()
+for dt in (np.float32, ml_dtypes.bfloat16, np.float16):
+    for shape, axis in (((37, 300), 1), ((300, 37), 0), ((3, 9000), 1), ((5, 40, 7), 1)):
+        x = (rng.standard_normal(shape) * 3).astype(dt)
+        dd = rng.standard_normal(shape).astype(dt)
+        y = ls.log_softmax(x, axis)
+        sm = ls.softmax(x, axis)
+        for a in (y, sm, ls.log_softmax_backward(dd, y, axis),
+                  ls.softmax_backward(dd, sm, axis), ls.logsumexp(x, axis)):
+            h.update(np.ascontiguousarray(a).view(np.uint8).tobytes())
+print(h.hexdigest())
+"""
+
+
+@pytest.mark.slow
+def test_avx2_build_gives_the_same_bits(tmp_path):
+    """The kernels' vectors are 16 float32 lanes whatever the CPU: LLVM maps
+    them to one zmm (AVX-512) or two ymm (AVX2) with the same arithmetic per
+    lane, so an AVX2 build (``NUMBA_CPU_NAME=haswell`` with this CPU's
+    features minus AVX-512/AMX, compiled into a fresh cache) gives the same
+    bits as this machine's build."""
+    import os
+
+    import llvmlite.binding as llb
+
+    flags = open("/proc/cpuinfo").read() if sys.platform == "linux" else ""
+    if " avx2" not in flags:
+        pytest.skip("no AVX2 here")
+
+    def digest(env):
+        run = subprocess.run(
+            [sys.executable, "-c", _DIGEST],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=True,
+        )
+        return run.stdout.strip()
+
+    feats = [
+        "-" + f[1:] if f.startswith("+") and any(k in f for k in ("avx512", "amx", "avx10"))
+        else f
+        for f in llb.get_host_cpu_features().flatten().split(",")
+    ]
+    native = digest({})
+    avx2 = digest({
+        "NUMBA_CPU_NAME": "haswell",
+        "NUMBA_CPU_FEATURES": ",".join(feats),
+        "NUMBA_CACHE_DIR": str(tmp_path),
+    })
+    assert native == avx2

@@ -16,6 +16,7 @@ from ._api import (
     softmax,
     softmax_backward,
 )
+from ._losses import cross_entropy, linear_cross_entropy, nll_loss
 from .backends import backends, set_backend, use_backend
 from .dtypes import bfloat16, float16, float32, float64
 
@@ -59,6 +60,10 @@ __all__ = [
     "softmax",
     "softmax_backward",
     "logsumexp",
+    # losses (API.md section 7)
+    "nll_loss",
+    "cross_entropy",
+    "linear_cross_entropy",
     # backend selection
     "backends",
     "set_backend",

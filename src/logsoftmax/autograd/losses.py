@@ -195,12 +195,18 @@ class ClassTargets:
         """The reduced loss of log-probabilities ``logp`` (any float dtype)."""
         picked = _array.astype(_array.gather(logp, self.safe, self.axis), self.cd)
         terms = -(self.w * _array.where(self.ignored, 0.0, picked))
-        if self.reduction == "sum":
-            terms = terms.sum()
-        elif self.reduction == "mean":
-            with np.errstate(divide="ignore", invalid="ignore"):
-                terms = terms.sum() / self.denom
-        return _array.astype(terms, out_dtype)
+        return reduce_terms(terms, self.reduction, self.denom, out_dtype)
+
+
+def reduce_terms(terms, reduction: str, denom, out_dtype):
+    """Per-target loss ``terms`` reduced as PyTorch: as is, summed, or summed
+    over ``denom`` (0/0 is NaN); cast to ``out_dtype``."""
+    if reduction == "sum":
+        terms = terms.sum()
+    elif reduction == "mean":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = terms.sum() / denom
+    return _array.astype(terms, out_dtype)
 
 
 # ===========================================================================
@@ -294,7 +300,12 @@ class CrossEntropy(_ClassLoss):
             lsm.next_functions = self.next_functions[:1]
             lsm.input_meta = self.input_meta[:1]
             y = Tensor._make(self.saved_output, grad_fn=lsm)
-        return CrossEntropyGrad.forward(grad, y, plan=self.plan), None
+        return self.grad_op().forward(grad, y, plan=self.plan), None
+
+    @staticmethod
+    def grad_op() -> type[Function]:
+        """The fused backward op (subclasses with other targets bring theirs)."""
+        return CrossEntropyGrad
 
     def saved_arrays(self) -> list:
         return [] if self.saved_output is None else [self.saved_output]

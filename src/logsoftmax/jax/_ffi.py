@@ -209,15 +209,16 @@ def _geometry(outer: int, n: int, inner: int, nops: int):
 
 
 @njit
-def _tiles(g) -> int:
-    return g[0] * ((g[3] + C.TILE - 1) // C.TILE)
+def _tiles(g, J) -> int:
+    return g[0] * ((g[3] + J - 1) // J)
 
 
 @njit
 def _forward(xb, ob, outer, n, inner, op, accurate):
     g = _geometry(outer, n, inner, 2)
     if g[3] > 1:
-        C.forward_tiles(xb, ob, g, op, accurate, 0, _tiles(g))
+        J = C.tile_width(n, g[3])
+        C.forward_tiles(xb, ob, g, op, accurate, J, 0, _tiles(g, J))
     elif n <= S.CHUNK:
         R.forward_short(xb, ob, g, op, accurate, 0, g[0])
     else:
@@ -228,7 +229,8 @@ def _forward(xb, ob, outer, n, inner, op, accurate):
 def _backward(db, yb, ob, outer, n, inner, op, accurate):
     g = _geometry(outer, n, inner, 3)
     if g[3] > 1:
-        C.backward_tiles(db, yb, ob, g, op, accurate, 0, _tiles(g))
+        J = C.tile_width(n, g[3])
+        C.backward_tiles(db, yb, ob, g, op, accurate, J, 0, _tiles(g, J))
     elif n <= S.CHUNK:
         R.backward_short(db, yb, ob, g, op, accurate, 0, g[0])
     else:
@@ -246,7 +248,8 @@ def _logsumexp(xb, ob, outer, n, inner, accurate):
         g[9 + 3] = 0  # the result: one element per row or column
         if g[3] > 1:
             g[9 + 1] = inner
-            C.logsumexp_tiles(xb, res, g, 0, _tiles(g))
+            J = C.tile_width(n, g[3])
+            C.logsumexp_tiles(xb, res, g, J, 0, _tiles(g, J))
         else:
             g[9 + 1] = 1
             R.logsumexp_range(xb, res, g, 0, g[0])
@@ -317,7 +320,8 @@ def _logsumexp64(xb, ob, outer, n, inner, accurate):
 # Each is compiled from one of these functions with its globals set for the
 # dtype: ``STORAGE`` (bfloat16 as uint16, float16 as int16), the kernel
 # choice (``FORWARD`` ..., the float64 ones for float64) and ``FLOAT32`` (the
-# backend's float64-term rows for float32 results of at most segment.SHORT).
+# backend's accurate path for float32 results of rows of at most
+# segment.SHORT elements, segment.SHORT_BACKWARD for the backward).
 STORAGE = np.float32
 FLOAT32 = True
 FORWARD, BACKWARD, LOGSUMEXP = _forward, _backward, _logsumexp
@@ -349,7 +353,7 @@ def _bwd_handler(frame_p):
             db = carray(_ptr(_i64(d + _BUF_DATA)), size, STORAGE)
             yb = carray(_ptr(_i64(y + _BUF_DATA)), size, STORAGE)
             ob = carray(_ptr(_i64(o + _BUF_DATA)), size, STORAGE)
-            accurate = FLOAT32 and n <= S.SHORT
+            accurate = FLOAT32 and n <= S.SHORT_BACKWARD
             BACKWARD(db, yb, ob, outer, n, inner, _attr(frame, ord("o")), accurate)
     return _ptr(0)
 

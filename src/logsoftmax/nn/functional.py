@@ -11,6 +11,9 @@ function           AMP policy    gradient
 ``softmax``        FORCE_FP32    fused ``softmax_backward`` on the saved y
 ``nll_loss``       FORCE_FP32    scatter of ``-w/denom`` at the targets
 ``cross_entropy``  FORCE_FP32    softmax kernel, scale, scatter-subtract
+                                (+ rank-one update with label smoothing)
+``linear_cross_   KEEP_INPUT    chunked: per-chunk GEMMs of the in-place
+entropy``                       logit gradient (first order only)
 ``linear``         PROMOTE       ``g W``, ``g^T x``, ``sum g``
 ``relu``           KEEP_INPUT    ``g * (y > 0)``
 =================  ============  ==============================================
@@ -22,7 +25,8 @@ from ..autograd import losses as _losses
 from ..autograd import nodes as _nodes
 from ..autograd.tensor import Tensor
 
-__all__ = ["log_softmax", "softmax", "nll_loss", "cross_entropy", "linear", "relu"]
+__all__ = ["log_softmax", "softmax", "nll_loss", "cross_entropy",
+           "linear_cross_entropy", "linear", "relu"]
 
 
 def log_softmax(x, axis: int = -1) -> Tensor:
@@ -94,19 +98,65 @@ def nll_loss(log_probs, target, *, weight=None, ignore_index: int = -100,
 
 
 def cross_entropy(logits, target, *, weight=None, ignore_index: int = -100,
-                  reduction: str = "mean") -> Tensor:
-    r"""``nll_loss(log_softmax(logits, class_axis), target, ...)``, fused.
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+    r"""``nll_loss(log_softmax(logits, class_axis), target, ...)``, fused, with
+    PyTorch's ``label_smoothing`` and class-probability targets.
 
-    The class axis is 1 (0 for 1-D ``logits``). Only ``log_softmax(logits)``
-    is saved; the backward is
-    :math:`c_n g\,(\mathrm{softmax}(x)_n - \mathrm{onehot}(t_n))`, computed
-    by the softmax kernel and a scatter-subtract at the targets (no one-hot
-    matrix). Same arguments, result and errors as :func:`nll_loss`.
+    The class axis is 1 (0 for 1-D ``logits``). ``target``: class indices
+    (integers, as :func:`nll_loss`) or class probabilities (floats of the
+    logits' shape and dtype). With ``label_smoothing = eps`` the target is
+    ``(1 - eps) onehot + eps / C`` (formulas: docs/losses.md). Only
+    ``log_softmax(logits)`` is saved; the backward is
+    :math:`G_n (Q_n\,\mathrm{softmax}(x)_n - q_n)`, computed by the softmax
+    kernel, a per-row scale, a scatter-subtract at the targets and a rank-one
+    update (no one-hot matrix); double backward is supported. Same result and
+    errors as :func:`nll_loss`, plus ValueError for ``label_smoothing``
+    outside ``[0, 1]``.
     """
-    return _losses.CrossEntropy.forward(
+    from .._loss_checks import check_fraction
+
+    eps = check_fraction("cross_entropy", "label_smoothing", label_smoothing)
+    t = target.data if isinstance(target, Tensor) else target
+    kind = getattr(getattr(t, "dtype", None), "kind", "i")
+    if eps == 0.0 and kind in "iub":
+        return _losses.CrossEntropy.forward(
+            logits, target, weight=weight, ignore_index=ignore_index,
+            reduction=reduction,
+        )
+    from ..autograd.soft_losses import SoftCrossEntropy
+
+    return SoftCrossEntropy.forward(
         logits, target, weight=weight, ignore_index=ignore_index,
-        reduction=reduction,
+        reduction=reduction, label_smoothing=eps,
     )
+
+
+def linear_cross_entropy(input, linear_weight, target, *, linear_bias=None,
+                         weight=None, reduction: str = "mean",
+                         ignore_index: int = -100, label_smoothing: float = 0.0,
+                         z_loss: float = 0.0, softcap=None, chunk_size=None) -> Tensor:
+    r"""Differentiable :func:`logsoftmax.linear_cross_entropy`:
+    ``cross_entropy(softcap(input @ linear_weight.T + linear_bias), target)
+    + z_loss * lse**2``, fused and chunked (the ``(N, V)`` logits never exist).
+
+    Args: as :func:`logsoftmax.linear_cross_entropy`; ``input``,
+      ``linear_weight``, ``linear_bias`` may be Tensors (gradients flow to
+      all three), ``target`` and ``weight`` are constants.
+
+    Returns:
+      A Tensor in the input's dtype: 0-d, or ``(N,)`` for ``"none"``.
+
+    Notes:
+      First-order gradients only: ``backward(create_graph=True)`` through
+      this op raises ``NotImplementedError``.
+    """
+    from ..autograd.linear_losses import LinearCrossEntropy
+
+    options = dict(weight=weight, reduction=reduction, ignore_index=ignore_index,
+                   label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap,
+                   chunk_size=chunk_size)
+    return LinearCrossEntropy.forward(input, linear_weight, linear_bias,
+                                      target=target, options=options)
 
 
 def linear(x, weight, bias=None) -> Tensor:

@@ -8,6 +8,7 @@ PyTorch-style functions and modules over them::
     import torch, logsoftmax.torch as lt
     y = lt.log_softmax(t, dim=-1)                 # autograd, double backward
     loss = lt.cross_entropy(logits, target, label_smoothing=0.1)
+    loss = lt.linear_cross_entropy(hidden, lm_head.weight, target)  # fused, chunked
     model = torch.compile(model, fullgraph=True)  # captures the ops, no break
 
 CPU tensors reach the CPU kernels without a copy at any strides; CUDA
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from . import _ops  # registers torch.ops.logsoftmax.*
 from .functional import cross_entropy, log_softmax, logsumexp, nll_loss, softmax
+from .linear_cross_entropy import LinearCrossEntropyLoss, linear_cross_entropy
 from .modules import CrossEntropyLoss, LogSoftmax, Softmax
 
 __all__ = [
@@ -29,8 +31,10 @@ __all__ = [
     "logsumexp",
     "cross_entropy",
     "nll_loss",
+    "linear_cross_entropy",
     # modules
     "LogSoftmax",
     "Softmax",
     "CrossEntropyLoss",
+    "LinearCrossEntropyLoss",
 ]

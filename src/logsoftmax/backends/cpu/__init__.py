@@ -39,7 +39,10 @@ compiled for one CPU is never loaded on another).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import os
+from pathlib import Path
 
 import numpy as np
 
@@ -62,6 +65,50 @@ _F64 = dtypes.float64
 _F32 = dtypes.float32
 _LSM = int(Op.LOG_SOFTMAX)
 _SM = int(Op.SOFTMAX)
+
+
+def _drop_stale_kernel_cache() -> None:
+    """Drop numba's cached machine code when any kernel source changed.
+
+    numba keys a cached function by its *own* file only, but the kernels
+    inline functions of other modules (``segment.py``, ``_math.py``,
+    ``_vec.py``...): after an edit there, a kernel loaded from the cache
+    would still run the old arithmetic (a serial kernel and a freshly
+    compiled parallel one then disagreed in their bits). So the sources of
+    this package (and of the JAX bridge, which inlines them too) are
+    fingerprinted, and on a change the cached code next to them is removed
+    before any kernel loads. Skipped when ``NUMBA_CACHE_DIR`` moves the
+    cache elsewhere. Costs ~1 ms, once per process, on first use of the
+    backend.
+    """
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return
+    here = Path(__file__).resolve().parent
+    dirs = [here, here.parent.parent / "jax"]
+    sources = sorted(p for d in dirs if d.is_dir() for p in d.glob("*.py"))
+    digest = hashlib.sha256()
+    for p in sources:
+        digest.update(p.name.encode() + p.read_bytes())
+    stamp = digest.hexdigest()
+    marker = here / "__pycache__" / "logsoftmax-kernel-sources.sha256"
+    try:
+        if marker.read_text() == stamp:
+            return
+    except OSError:
+        pass
+    try:
+        for d in dirs:
+            for f in (d / "__pycache__").glob("*.nb[ic]"):
+                f.unlink(missing_ok=True)
+        marker.parent.mkdir(exist_ok=True)
+        tmp = marker.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(stamp)
+        tmp.replace(marker)
+    except OSError:  # a read-only install: numba then caches elsewhere
+        pass
+
+
+_drop_stale_kernel_cache()
 
 
 def _k():
@@ -96,6 +143,22 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
         and np.may_share_memory(a, b)
         and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
     )
+
+
+def _runner(lay, kernel, dtype):
+    """``run(*inputs, out)``: allocate the result unless ``out`` is given,
+    make the flat views and run ``kernel(*buffers, geometry)`` once per
+    Python-level loop index of the layout (usually once)."""
+
+    def run(*args):
+        *inputs, out = args
+        res = alloc.empty_like(inputs[0], dtype) if out is None else out
+        bufs = lay.buffers([*inputs, res])
+        for g in lay.geometries():
+            kernel(*bufs, g)
+        return res
+
+    return run
 
 
 def _flat(a, st):
@@ -230,20 +293,8 @@ class CpuBackend(Backend):
                     f = rows.forward_short_parallel if short else rows.forward_parallel
                     f(xb, ob, g, op, accurate, min(nrows, _threads()))
 
-        loops = bool(lay.loops)
-        g0 = lay.g
-
-        def run(x, out):
-            res = alloc.empty_like(x, dtype) if out is None else out
-            xb, ob = lay.buffers([x, res])
-            if loops:
-                for g in lay.geometries():
-                    kernel(xb, ob, g)
-            else:
-                kernel(xb, ob, g0)
-            return res
-
-        if loops or not all(lay.contiguous):
+        run = _runner(lay, kernel, dtype)
+        if lay.loops or not all(lay.contiguous):
             return run
         # Small contiguous calls skip the general machinery: an allocation,
         # two reshapes and the serial kernel (the fixed cost of a small call,
@@ -254,7 +305,7 @@ class CpuBackend(Backend):
         else:
             args = (op, accurate, 0, nrows)
             mod, name = rows, "forward_short" if short else "forward_range"
-        return _small_call(run, mod, name, size, x.shape, x.dtype, dtype, g0, args)
+        return _small_call(run, mod, name, size, x.shape, x.dtype, dtype, lay.g, args)
 
     # -- backward ---------------------------------------------------------------
     def _backward(self, op, diff_dst, dst, axis, out, dtype):
@@ -324,20 +375,8 @@ class CpuBackend(Backend):
                     f = rows.backward_short_parallel if short else rows.backward_parallel
                     f(db, yb, ob, g, op, accurate, min(nrows, _threads()))
 
-        loops = bool(lay.loops)
-        g0 = lay.g
-
-        def run(diff_dst, dst, out):
-            res = alloc.empty_like(diff_dst, dtype) if out is None else out
-            db, yb, ob = lay.buffers([diff_dst, dst, res])
-            if loops:
-                for g in lay.geometries():
-                    kernel(db, yb, ob, g)
-            else:
-                kernel(db, yb, ob, g0)
-            return res
-
-        if loops or not all(lay.contiguous):
+        run = _runner(lay, kernel, dtype)
+        if lay.loops or not all(lay.contiguous):
             return run
         if lay.inner:
             args = (op, accurate, J, 0, tiles)
@@ -346,7 +385,7 @@ class CpuBackend(Backend):
             args = (op, accurate, 0, nrows)
             mod, name = rows, "backward_short" if short else "backward_range"
         return _small_call2(
-            run, mod, name, size, diff_dst.shape, diff_dst.dtype, dtype, g0, args
+            run, mod, name, size, diff_dst.shape, diff_dst.dtype, dtype, lay.g, args
         )
 
     # -- unusual layouts and float64 -------------------------------------------

@@ -34,9 +34,10 @@ from ._vec import (
     splat,
     vfma,
     vload,
+    vload_n,
     vload_part,
     vstore,
-    vstore_part,
+    vstore_n,
 )
 from .rows import stage_for
 from .segment import CHUNK, LANES32, LANES64, vmax_x86
@@ -51,7 +52,8 @@ __all__ = [
     "logsumexp_parallel",
 ]
 
-def tile_width(n: int, ni: int) -> int:
+@njit(cache=True)
+def tile_width(n, ni):
     """Columns per tile ``J`` (a speed choice: the arithmetic per column does
     not depend on it). Wide tiles win: each tile row is ``J`` contiguous
     elements on its own page, and at 64 columns (256 B per row, 12.5 KiB
@@ -122,11 +124,11 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
     wide_vectors()
     nv = (jn + W - 1) // W
     for j in range(0, jn, W):  # row by row: the tile streams through memory
-        vstore(mc, j, vload_part(xb, p + j, jn - j, _NINF))
+        vstore(mc, j, vload_n(xb, p + j, jn - j, _NINF))
     for k in range(1, cl):
         q = p + k * sn
         for j in range(0, jn, W):
-            vstore(mc, j, vmax_x86(vload(mc, j), vload_part(xb, q + j, jn - j, _NINF)))
+            vstore(mc, j, vmax_x86(vload(mc, j), vload_n(xb, q + j, jn - j, _NINF)))
     if accurate:
         for lane_ in range(min(cl, LANES64)):  # lanes with no element hold 0
             for v in range(2 * nv):
@@ -135,7 +137,7 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
             q = (k % LANES64) * J
             for v in range(nv):
                 j = v * W
-                x = vload_part(xb, p + k * sn + j, jn - j, _NINF)
+                x = vload_n(xb, p + k * sn + j, jn - j, _NINF)
                 m = vload(mc, j)
                 m64l = lo_f64(m)
                 m64h = hi_f64(m)
@@ -153,7 +155,7 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
             q = (k % LANES32) * J
             for v in range(nv):
                 j = v * W
-                x = vload_part(xb, p + k * sn + j, jn - j, _NINF)
+                x = vload_n(xb, p + k * sn + j, jn - j, _NINF)
                 e = exp_f32_sum(x - vload(mc, j))  # the terms of .segment._sum32
                 vstore(acc32, q + j, vload(acc32, q + j) + e)
         _lane_tree(acc32, min(cl, LANES32), nv, W, J)
@@ -206,6 +208,20 @@ def _col_nan(xb, p, sn, cl, j):
     return False
 
 
+@njit(inline="always", error_model="numpy")
+def _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m, s, xst, J):
+    """Per-column row stats ``(m, s)`` of a tile: chunk stats merged in chunk
+    order (:func:`.rows.row_stats` on every column)."""
+    for c0 in range(0, n, CHUNK):
+        cl = min(CHUNK, n - c0)
+        buf, p, sn = _chunk_view(xb, xbase, xsn, xsi, c0, cl, jn, xst, J)
+        _tile_stats(buf, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J)
+        for j in range(jn):  # all--inf columns: 0, or NaN if one is NaN
+            if mc[j] == _NINF:
+                sc[j] = np.nan if _col_nan(buf, p, sn, cl, j) else 0.0
+        _merge_cols(m, s, mc, sc, jn, c0 == 0)
+
+
 @njit(cache=True, error_model="numpy")
 def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     """Forward on tiles ``[t0, t1)`` (tile ``t`` = outer index ``t // ntile``,
@@ -230,18 +246,11 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
         xbase, xsn, xsi = _tile_geom(g, 0, t, ntile, J)
         obase, osn, osi = _tile_geom(g, 1, t, ntile, J)
         jn = min(J, ni - (t % ntile) * J)
-        for c0 in range(0, n, CHUNK):
-            cl = min(CHUNK, n - c0)
-            buf, p, sn = _chunk_view(xb, xbase, xsn, xsi, c0, cl, jn, xst, J)
-            _tile_stats(buf, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J)
-            for j in range(jn):  # all--inf columns: 0, or NaN if one is NaN
-                if mc[j] == _NINF:
-                    sc[j] = np.nan if _col_nan(buf, p, sn, cl, j) else 0.0
-            _merge_cols(m, s, mc, sc, jn, c0 == 0)
+        _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m, s, xst, J)
         for j in range(0, jn, W // 2):
-            v = vload_part(s, j, jn - j, 1.0)
-            vstore_part(lg, j, log_f64(v), jn - j)
-            vstore_part(inv, j, 1.0 / v, jn - j)
+            v = vload_n(s, j, jn - j, 1.0)
+            vstore_n(lg, j, log_f64(v), jn - j)
+            vstore_n(inv, j, 1.0 / v, jn - j)
         for j in range(jn):
             ma[j] = np.float32(m[j])
             la[j] = np.float32(lg[j])
@@ -266,7 +275,7 @@ def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la,
         px = p + k * sn
         po = q + k * qsn
         for j in range(0, jn, W):
-            x = vload_part(xb, px + j, jn - j, _ZERO)
+            x = vload_n(xb, px + j, jn - j, _ZERO)
             if accurate:
                 ml = vload(m, j)
                 mh = vload(m, j + W // 2)
@@ -284,7 +293,7 @@ def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la,
                 y = (x - vload(ma, j)) - vload(la, j)
             else:
                 y = exp_f32(x - vload(ma, j)) * vload(ia, j)
-            vstore_part(ob, po + j, y, jn - j)
+            vstore_n(ob, po + j, y, jn - j)
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
@@ -308,13 +317,13 @@ def _tile_grad_sum(db, pd, dsn, yb, py, ysn, cl, jn, op, acc64, sc, J):
         q = (k % LANES64) * J
         for v in range(nv):
             j = v * W
-            d = vload_part(db, pd + k * dsn + j, jn - j, _ZERO)
+            d = vload_n(db, pd + k * dsn + j, jn - j, _ZERO)
             a = q + j
             if op == _LSM:
                 lo = lo_f64(d)
                 hi = hi_f64(d)
             else:
-                y = vload_part(yb, py + k * ysn + j, jn - j, _ZERO)
+                y = vload_n(yb, py + k * ysn + j, jn - j, _ZERO)
                 lo = lo_f64(d) * lo_f64(y)
                 hi = hi_f64(d) * hi_f64(y)
             vstore(acc64, a, vload(acc64, a) + lo)
@@ -331,8 +340,8 @@ def _tile_grad_write(db, pd, dsn, yb, py, ysn, ob, q, qsn, cl, jn, op, accurate,
     wide_vectors()
     for k in range(cl):
         for j in range(0, jn, W):
-            d = vload_part(db, pd + k * dsn + j, jn - j, _ZERO)
-            y = vload_part(yb, py + k * ysn + j, jn - j, _ZERO)
+            d = vload_n(db, pd + k * dsn + j, jn - j, _ZERO)
+            y = vload_n(yb, py + k * ysn + j, jn - j, _ZERO)
             if accurate:
                 sl = vload(s, j)
                 sh = vload(s, j + W // 2)
@@ -347,7 +356,7 @@ def _tile_grad_write(db, pd, dsn, yb, py, ysn, ob, q, qsn, cl, jn, op, accurate,
                 g_ = vfma(exp_f32(y), -vload(sa, j), d)
             else:
                 g_ = y * (d - vload(sa, j))
-            vstore_part(ob, q + k * qsn + j, g_, jn - j)
+            vstore_n(ob, q + k * qsn + j, g_, jn - j)
 
 
 @njit(cache=True, error_model="numpy")
@@ -423,16 +432,9 @@ def logsumexp_tiles(xb, rb, g, J, t0, t1):
         xbase, xsn, xsi = _tile_geom(g, 0, t, ntile, J)
         rbase, _, rsi = _tile_geom(g, 1, t, ntile, J)
         jn = min(J, ni - (t % ntile) * J)
-        for c0 in range(0, n, CHUNK):
-            cl = min(CHUNK, n - c0)
-            buf, p, sn = _chunk_view(xb, xbase, xsn, xsi, c0, cl, jn, xst, J)
-            _tile_stats(buf, p, sn, cl, jn, True, acc32, acc64, mc, sc, J)
-            for j in range(jn):
-                if mc[j] == _NINF:
-                    sc[j] = np.nan if _col_nan(buf, p, sn, cl, j) else 0.0
-            _merge_cols(m, s, mc, sc, jn, c0 == 0)
+        _column_stats(xb, xbase, xsn, xsi, n, jn, True, acc32, acc64, mc, sc, m, s, xst, J)
         for j in range(0, jn, W // 2):
-            vstore_part(lg, j, log_f64(vload_part(s, j, jn - j, 1.0)), jn - j)
+            vstore_n(lg, j, log_f64(vload_n(s, j, jn - j, 1.0)), jn - j)
         for j in range(jn):
             if m[j] == np.inf:
                 nan = _col_nan(xb, xbase + j * xsi, xsn, n, 0)

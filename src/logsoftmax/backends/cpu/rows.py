@@ -23,7 +23,7 @@ from numba import njit, prange
 
 from ._math import log_f64
 from ._simd import view, wide_vectors
-from ._vec import W, lane, vload_part, vstore_part
+from ._vec import W, lane, vload_n, vload_part, vstore_n
 from .segment import (
     CHUNK,
     chunk_grad_sum,
@@ -220,9 +220,9 @@ def _batch_logs(s, lg, inv, nb):
     (lane-wise the same arithmetic as :func:`.segment.row_log`)."""
     wide_vectors()
     for i in range(0, nb, W // 2):
-        v = vload_part(s, i, nb - i, 1.0)
-        vstore_part(lg, i, log_f64(v), nb - i)
-        vstore_part(inv, i, 1.0 / v, nb - i)
+        v = vload_n(s, i, nb - i, 1.0)
+        vstore_n(lg, i, log_f64(v), nb - i)
+        vstore_n(inv, i, 1.0 / v, nb - i)
 
 
 @njit(cache=True, error_model="numpy")
@@ -231,7 +231,7 @@ def _batch_logs_all(s, lg):
     wide_vectors()
     n = s.shape[0]
     for i in range(0, n, W // 2):
-        vstore_part(lg, i, log_f64(vload_part(s, i, n - i, 1.0)), n - i)
+        vstore_n(lg, i, log_f64(vload_n(s, i, n - i, 1.0)), n - i)
 
 
 @njit(cache=True, error_model="numpy")

@@ -71,9 +71,10 @@ from ._vec import (
     splat,
     vfma,
     vload,
+    vload_n,
     vload_part,
     vstore,
-    vstore_part,
+    vstore_n,
     where,
 )
 
@@ -136,7 +137,7 @@ def chunk_max(xs, c0, cl):
         m3 = vmax_x86(m3, vload(xs, c0 + k + 3 * W))
         k += 4 * W
     while k < cl:
-        m0 = vmax_x86(m0, vload_part(xs, c0 + k, cl - k, _NINF))
+        m0 = vmax_x86(m0, vload_n(xs, c0 + k, cl - k, _NINF))
         k += W
     return reduce_max(vmax_x86(vmax_x86(m0, m1), vmax_x86(m2, m3)))
 
@@ -190,7 +191,7 @@ def _sum64(xs, c0, cl, m):
         hi = hi + exp_f64(hi_f64(v) - m64)
         k += W
     if k < cl:
-        v = vload_part(xs, c0 + k, cl - k, _NINF)
+        v = vload_n(xs, c0 + k, cl - k, _NINF)
         lo = lo + exp_f64(lo_f64(v) - m64)
         hi = hi + exp_f64(hi_f64(v) - m64)
     return reduce_add(lo + hi)
@@ -254,16 +255,16 @@ def write_forward(xs, os, c0, cl, op, accurate, m, lg, inv):
         if op == _LSM:
             k = c0
             while k < end:
-                v = vload_part(xs, k, end - k, _ZERO)
+                v = vload_n(xs, k, end - k, _ZERO)
                 y = join_f32((lo_f64(v) - m) - lg, (hi_f64(v) - m) - lg)
-                vstore_part(os, k, y, end - k)
+                vstore_n(os, k, y, end - k)
                 k += W
         else:
             k = c0
             while k < end:
-                v = vload_part(xs, k, end - k, _ZERO)
+                v = vload_n(xs, k, end - k, _ZERO)
                 y = join_f32(exp_f64(lo_f64(v) - m) * inv, exp_f64(hi_f64(v) - m) * inv)
-                vstore_part(os, k, y, end - k)
+                vstore_n(os, k, y, end - k)
                 k += W
         return
     m32 = np.float32(m)
@@ -274,7 +275,7 @@ def write_forward(xs, os, c0, cl, op, accurate, m, lg, inv):
             vstore(os, k, (vload(xs, k) - m32) - l32)
             k += W
         if k < end:
-            vstore_part(os, k, (vload_part(xs, k, end - k, _ZERO) - m32) - l32, end - k)
+            vstore_n(os, k, (vload_n(xs, k, end - k, _ZERO) - m32) - l32, end - k)
     else:
         i32 = np.float32(inv)
         k = c0
@@ -282,8 +283,8 @@ def write_forward(xs, os, c0, cl, op, accurate, m, lg, inv):
             vstore(os, k, exp_f32(vload(xs, k) - m32) * i32)
             k += W
         if k < end:
-            v = vload_part(xs, k, end - k, _ZERO)
-            vstore_part(os, k, exp_f32(v - m32) * i32, end - k)
+            v = vload_n(xs, k, end - k, _ZERO)
+            vstore_n(os, k, exp_f32(v - m32) * i32, end - k)
 
 
 @njit(inline="always", error_model="numpy")
@@ -298,14 +299,14 @@ def chunk_grad_sum(ds, ys, c0, cl, op):
     k = c0
     if op == _LSM:
         while k < end:
-            d = vload_part(ds, k, end - k, _ZERO)
+            d = vload_n(ds, k, end - k, _ZERO)
             lo = lo + lo_f64(d)
             hi = hi + hi_f64(d)
             k += W
     else:
         while k < end:
-            d = vload_part(ds, k, end - k, _ZERO)
-            y = vload_part(ys, k, end - k, _ZERO)
+            d = vload_n(ds, k, end - k, _ZERO)
+            y = vload_n(ys, k, end - k, _ZERO)
             lo = lo + lo_f64(d) * lo_f64(y)
             hi = hi + hi_f64(d) * hi_f64(y)
             k += W
@@ -324,20 +325,20 @@ def write_backward(ds, ys, os, c0, cl, op, accurate, s):
         ns = -s
         if op == _LSM:
             while k < end:
-                d = vload_part(ds, k, end - k, _ZERO)
-                y = vload_part(ys, k, end - k, _ZERO)
+                d = vload_n(ds, k, end - k, _ZERO)
+                y = vload_n(ys, k, end - k, _ZERO)
                 g = join_f32(
                     vfma(exp_f64_any(lo_f64(y)), ns, lo_f64(d)),
                     vfma(exp_f64_any(hi_f64(y)), ns, hi_f64(d)),
                 )
-                vstore_part(os, k, g, end - k)
+                vstore_n(os, k, g, end - k)
                 k += W
         else:
             while k < end:
-                d = vload_part(ds, k, end - k, _ZERO)
-                y = vload_part(ys, k, end - k, _ZERO)
+                d = vload_n(ds, k, end - k, _ZERO)
+                y = vload_n(ys, k, end - k, _ZERO)
                 g = join_f32(lo_f64(y) * (lo_f64(d) - s), hi_f64(y) * (hi_f64(d) - s))
-                vstore_part(os, k, g, end - k)
+                vstore_n(os, k, g, end - k)
                 k += W
         return
     ns32 = np.float32(-s)
@@ -347,14 +348,14 @@ def write_backward(ds, ys, os, c0, cl, op, accurate, s):
             vstore(os, k, vfma(exp_f32(vload(ys, k)), ns32, vload(ds, k)))
             k += W
         if k < end:
-            d = vload_part(ds, k, end - k, _ZERO)
-            y = vload_part(ys, k, end - k, _ZERO)
-            vstore_part(os, k, vfma(exp_f32(y), ns32, d), end - k)
+            d = vload_n(ds, k, end - k, _ZERO)
+            y = vload_n(ys, k, end - k, _ZERO)
+            vstore_n(os, k, vfma(exp_f32(y), ns32, d), end - k)
     else:
         while k + W <= end:
             vstore(os, k, vload(ys, k) * (vload(ds, k) - s32))
             k += W
         if k < end:
-            d = vload_part(ds, k, end - k, _ZERO)
-            y = vload_part(ys, k, end - k, _ZERO)
-            vstore_part(os, k, y * (d - s32), end - k)
+            d = vload_n(ds, k, end - k, _ZERO)
+            y = vload_n(ys, k, end - k, _ZERO)
+            vstore_n(os, k, y * (d - s32), end - k)
