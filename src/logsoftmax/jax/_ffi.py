@@ -42,6 +42,7 @@ from numba import carray, cfunc, njit, types
 from numba.extending import intrinsic
 
 from .. import dtypes
+from ..backends import InPlace
 from ..backends.cpu import columns as C
 from ..backends.cpu import float64 as F64
 from ..backends.cpu import rows as R
@@ -257,7 +258,11 @@ def _logsumexp(xb, ob, outer, n, inner, accurate):
 
 
 # float64: the double-double kernels (backends/cpu/float64.py), one
-# [off, s1, s2, sn, si] geometry array per operand
+# [off, s1, s2, sn, si] geometry array per operand; XLA's results are
+# never one of its operands
+_NOT_IN_PLACE = int(InPlace.NONE)
+
+
 @njit
 def _geometry64(outer: int, n: int, inner: int):
     """``(n1, ni, g)`` for dense operands (all share ``g``)."""
@@ -282,7 +287,7 @@ def _forward64(xb, ob, outer, n, inner, op, accurate):
     if ni > 1:
         F64.fwd_inner_serial(xb, g, ob, g, n1, 1, n, ni, op, _tile64(n, ni))
     else:
-        F64.fwd_rows_serial(xb, g, ob, g, n1, 1, n, op, 0)
+        F64.fwd_rows_serial(xb, g, ob, g, n1, 1, n, op, _NOT_IN_PLACE)
 
 
 @njit
@@ -291,7 +296,7 @@ def _backward64(db, yb, ob, outer, n, inner, op, accurate):
     if ni > 1:
         F64.bwd_inner_serial(db, g, yb, g, ob, g, n1, 1, n, ni, op, _tile64(n, ni))
     else:
-        F64.bwd_rows_serial(db, g, yb, g, ob, g, n1, 1, n, op, 0)
+        F64.bwd_rows_serial(db, g, yb, g, ob, g, n1, 1, n, op, _NOT_IN_PLACE)
 
 
 @njit

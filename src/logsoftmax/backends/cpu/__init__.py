@@ -428,8 +428,10 @@ class CpuBackend(Backend):
             res = alloc.empty_like(x, dtype) if out is None else out
             src = x if x.dtype == _F64 else x.astype(_F64)
             target = res if strides_ok(res) else alloc.empty_like(src, res.dtype)
-            ip = out is not None and src is x and _same(out, x)
-            _f64_forward(f64, _usable(src), target, axis, op, ip)
+            ip = InPlace.NONE
+            if out is not None and src is x and _same(out, x):
+                ip = InPlace.SRC
+            _f64_forward(f64, _usable(src), target, axis, op, int(ip))
             if target is not res:
                 res[...] = target
             return res
@@ -635,10 +637,10 @@ def _f64_forward(f64, x, target, axis, op, ip):
             f = f64.fwd_inner_serial if ser else f64.fwd_inner
             f(xb, xg, ob, og, n1, n2, n, ni, op, _f64_tile(f64, n, ni))
         elif not ser and _f64_split(f64, n1 * n2, n):
-            f64.fwd_rows_split(xb, xg, ob, og, n1, n2, n, op)
+            f64.fwd_rows_split(xb, xg, ob, og, n1, n2, n, op, ip)
         else:
             f = f64.fwd_rows_serial if ser else f64.fwd_rows
-            f(xb, xg, ob, og, n1, n2, n, op, int(ip))
+            f(xb, xg, ob, og, n1, n2, n, op, ip)
 
 
 def _f64_backward(f64, d, y, target, axis, op, ip):
