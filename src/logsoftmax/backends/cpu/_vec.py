@@ -45,9 +45,8 @@ __all__ = [
     "lanes_below",
     "vstore",
     "vstore_part",
-    "vstore_stream",
-    "store_fence",
-    "address",
+    "prefetch",
+    "prefetch_w",
     "splat",
     "vfma",
     "vmax",
@@ -348,48 +347,48 @@ def vstore(typingctx, buf, idx, v):
     return types.none(buf, idx, v), codegen
 
 
-@intrinsic
-def vstore_stream(typingctx, buf, idx, v):
-    """:func:`vstore` as a *non-temporal* store (``movntps``): the line is
-    written to memory without being read first (no read-for-ownership) and
-    without displacing the cache. ``buf[idx]`` must be 64-byte aligned.
-    Kernels that use it end with :func:`store_fence`."""
-    _check_store(buf, idx, v)
-    dtype = buf.dtype
+def _prefetch_intrinsic(rw):
+    @intrinsic
+    def _pf(typingctx, buf, idx):
+        _check_buf(buf, idx)
 
-    def codegen(context, builder, sig, args):
-        ptr = _ptr(context, builder, sig.args[0], args[0], args[1])
-        raw = _narrow(builder, args[2], dtype)
-        st = builder.store(raw, builder.bitcast(ptr, raw.type.as_pointer()), align=64)
-        st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(_I32, 1)]))
-        return context.get_dummy_value()
+        def codegen(context, builder, sig, args):
+            ptr = _ptr(context, builder, sig.args[0], args[0], args[1])
+            i32 = ir.IntType(32)
+            fnty = ir.FunctionType(ir.VoidType(), [ir.PointerType(), i32, i32, i32])
+            fn = _declare(builder, "llvm.prefetch.p0", fnty)
+            builder.call(fn, [builder.bitcast(ptr, ir.PointerType()), i32(rw), i32(3), i32(1)])
+            return context.get_dummy_value()
 
-    return types.none(buf, idx, v), codegen
+        return types.none(buf, idx), codegen
+
+    return _pf
 
 
-@intrinsic
-def store_fence(typingctx):
-    """``sfence``: order the non-temporal stores before it (x86; a no-op
-    elsewhere would need another spelling)."""
-
-    def codegen(context, builder, sig, args):
-        fn = _declare(builder, "llvm.x86.sse.sfence", ir.FunctionType(ir.VoidType(), []))
-        builder.call(fn, [])
-        return context.get_dummy_value()
-
-    return types.none(), codegen
+#: :func:`prefetch` for a line about to be written (``prefetchw``)
+prefetch_w = _prefetch_intrinsic(1)
 
 
 @intrinsic
-def address(typingctx, buf, idx):
-    """The address of ``buf[idx]`` as an integer (for alignment)."""
+def prefetch(typingctx, buf, idx):
+    """Ask for the cache line of ``buf[idx]`` ahead of its use (``prefetcht0``;
+    never faults, so ``idx`` may run past the buffer). The row kernels
+    prefetch the next chunk while they compute on this one: the sum pass is
+    compute-bound on data already in L1, the max pass streams from memory,
+    and without it the two ran one after the other (4096x32000 float32 at
+    one thread: 0.9 ns/element, 2.7 times a copy's time)."""
     _check_buf(buf, idx)
 
     def codegen(context, builder, sig, args):
         ptr = _ptr(context, builder, sig.args[0], args[0], args[1])
-        return builder.ptrtoint(ptr, ir.IntType(64))
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [ir.PointerType(), i32, i32, i32])
+        fn = _declare(builder, "llvm.prefetch.p0", fnty)
+        p8 = builder.bitcast(ptr, ir.PointerType())
+        builder.call(fn, [p8, i32(0), i32(3), i32(1)])  # read, keep, data
+        return context.get_dummy_value()
 
-    return types.int64(buf, idx), codegen
+    return types.none(buf, idx), codegen
 
 
 @intrinsic

@@ -7,7 +7,8 @@ Vectors run across the columns, so every load is ``W`` contiguous elements
 and no transposed copy is made. Per column, the arithmetic is exactly
 :mod:`.segment`'s definition: the same chunks, the same max, the same lanes
 (element ``k`` of a chunk goes to lane ``k % 64`` -- here a row of the
-``lanes x J`` scratch ``acc`` -- or ``k % 16`` for float64 terms), the same
+``lanes x J`` scratch ``acc`` -- or ``k % 16`` for float64 terms, ``k % 32``
+for the backward's sums), the same
 tree over the lanes, the same merge, log and pass 2. So a column gives the
 same bits as the same values laid out as a contiguous row.
 
@@ -40,7 +41,7 @@ from ._vec import (
     vstore_n,
 )
 from .rows import stage_for
-from .segment import CHUNK, LANES32, LANES64, vmax_x86
+from .segment import CHUNK, GRAD_LANES, LANES32, LANES64, vmax_x86
 
 __all__ = [
     "tile_width",
@@ -144,7 +145,7 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
                 a = q + j
                 vstore(acc64, a, vload(acc64, a) + exp_f64(lo_f64(x) - m64l))
                 vstore(acc64, a + W // 2, vload(acc64, a + W // 2) + exp_f64(hi_f64(x) - m64h))
-        _lane_tree(acc64, min(cl, LANES64), 2 * nv, W // 2, J)
+        _lane_tree(acc64, min(cl, LANES64), 2 * nv, W // 2, J, LANES64)
         for j in range(jn):
             sc[j] = acc64[j]
     else:
@@ -158,18 +159,17 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
                 x = vload_n(xb, p + k * sn + j, jn - j, _NINF)
                 e = exp_f32_sum(x - vload(mc, j))  # the terms of .segment._sum32
                 vstore(acc32, q + j, vload(acc32, q + j) + e)
-        _lane_tree(acc32, min(cl, LANES32), nv, W, J)
+        _lane_tree(acc32, min(cl, LANES32), nv, W, J, LANES32)
         for j in range(jn):
             sc[j] = np.float64(acc32[j])
 
 
 @njit(inline="always", error_model="numpy")
-def _lane_tree(acc, used, nvec, w, J):
+def _lane_tree(acc, used, nvec, w, J, lanes):
     """Add the lane rows of ``acc`` (row ``l`` at ``l * J``) by the tree
-    of :mod:`.segment`: ``l + l + h`` for ``h = L/2, ..., 1``, ``L`` the lane
-    count (64 or 16); rows at or past ``used`` are zero and are skipped
-    (adding 0 changes no bit)."""
-    h = LANES32 // 2 if w == W else LANES64 // 2
+    of :mod:`.segment`: ``l + l + h`` for ``h = lanes/2, ..., 1``; rows at or
+    past ``used`` are zero and are skipped (adding 0 changes no bit)."""
+    h = lanes // 2
     while h >= 1:
         for lane_ in range(min(h, used)):
             if lane_ + h < used:
@@ -306,15 +306,16 @@ def forward_parallel(xb, ob, g, op, accurate, J, ntask):
 
 @njit(cache=True, error_model="numpy")
 def _tile_grad_sum(db, pd, dsn, yb, py, ysn, cl, jn, op, acc64, sc, J):
-    """Per-column chunk sums of ``diff_dst`` (or ``diff_dst * dst``) over 16
-    float64 lanes (:func:`.segment.chunk_grad_sum` per column)."""
+    """Per-column chunk sums of ``diff_dst`` (or ``diff_dst * dst``) over
+    :data:`.segment.GRAD_LANES` float64 lanes (:func:`.segment.chunk_grad_sum`
+    per column)."""
     wide_vectors()
     nv = (jn + W - 1) // W
-    for lane_ in range(min(cl, LANES64)):
+    for lane_ in range(min(cl, GRAD_LANES)):
         for v in range(2 * nv):
             vstore(acc64, lane_ * J + v * (W // 2), splat(0.0))
     for k in range(cl):
-        q = (k % LANES64) * J
+        q = (k % GRAD_LANES) * J
         for v in range(nv):
             j = v * W
             d = vload_n(db, pd + k * dsn + j, jn - j, _ZERO)
@@ -328,7 +329,7 @@ def _tile_grad_sum(db, pd, dsn, yb, py, ysn, cl, jn, op, acc64, sc, J):
                 hi = hi_f64(d) * hi_f64(y)
             vstore(acc64, a, vload(acc64, a) + lo)
             vstore(acc64, a + W // 2, vload(acc64, a + W // 2) + hi)
-    _lane_tree(acc64, min(cl, LANES64), 2 * nv, W // 2, J)
+    _lane_tree(acc64, min(cl, GRAD_LANES), 2 * nv, W // 2, J, GRAD_LANES)
     for j in range(jn):
         sc[j] = acc64[j]
 
@@ -368,10 +369,10 @@ def backward_tiles(db, yb, ob, g, op, accurate, J, t0, t1):
     ni = g[3]
     ntile = (ni + J - 1) // J
     ccl = min(n, CHUNK)
-    f64s = np.empty((LANES64 + 2) * J)
-    acc64 = f64s[: LANES64 * J]
-    sc = f64s[LANES64 * J : (LANES64 + 1) * J]
-    s = f64s[(LANES64 + 1) * J :]
+    f64s = np.empty((GRAD_LANES + 2) * J)
+    acc64 = f64s[: GRAD_LANES * J]
+    sc = f64s[GRAD_LANES * J : (GRAD_LANES + 1) * J]
+    s = f64s[(GRAD_LANES + 1) * J :]
     sa = np.empty(J, np.float32)
     dst_ = stage_for(db, ccl * J, g[8] != 1)
     yst = stage_for(yb, ccl * J, g[13] != 1)
