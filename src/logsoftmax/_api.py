@@ -217,10 +217,24 @@ _NATIVE = frozenset(dtypes.SUPPORTED)
 _ndarray = np.ndarray
 
 
+def _owner(a):
+    """The array that owns ``a``'s memory (numpy points a view's ``base``
+    at the owner itself), or None when that is not an ndarray owning its
+    data (a buffer, a pooled result)."""
+    base = a.base
+    if base is None:
+        return a
+    return base if type(base) is _ndarray and base.base is None else None
+
+
 def _apart(a, b) -> bool:
-    """``a`` and ``b`` share no memory: two arrays that own their data are
-    two allocations (two attribute reads); else numpy's bounds test."""
-    return (a.base is None and b.base is None) or not np.may_share_memory(a, b)
+    """``a`` and ``b`` share no memory: views of two different owning arrays
+    are two allocations (a few attribute reads); else numpy's bounds test
+    (~0.3 us, a tenth of a small call)."""
+    oa = _owner(a)
+    return (oa is not None and oa is not _owner(b) and _owner(b) is not None) or (
+        not np.may_share_memory(a, b)
+    )
 
 
 def _fresh_out(out, x, dt) -> bool:
@@ -250,10 +264,7 @@ def _fast_forward(op: str, x, axis, out):
                             type(out) is _ndarray
                             and out.dtype is dt
                             and out.shape == x.shape
-                            and (
-                                (out.base is None and x.base is None)
-                                or not np.may_share_memory(out, x)
-                            )
+                            and _apart(out, x)
                         )
                     )
                     and out.flags.writeable
