@@ -91,7 +91,7 @@ def _tile_geom(g, op, t, ntile, J):
     return base, g[b + 3], g[b + 4]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _stage_in(buf, base, sn, si, c0, cl, jn, stage, J):
     """Gather rows ``[c0, c0 + cl)`` of a tile into ``stage`` (``cl x J``)."""
     for k in range(cl):
@@ -100,7 +100,7 @@ def _stage_in(buf, base, sn, si, c0, cl, jn, stage, J):
             stage[k * J + j] = buf[p + j * si]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _stage_out(stage, buf, base, sn, si, c0, cl, jn, J):
     for k in range(cl):
         p = base + (c0 + k) * sn
@@ -118,7 +118,7 @@ def _chunk_view(buf, base, sn, si, c0, cl, jn, stage, J):
     return stage, 0, J
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
     """Per-column chunk stats ``(mc, sc)`` of ``cl`` rows from ``xb[p]`` (row
     step ``sn``): :func:`.segment.chunk_stats` on every column."""
@@ -198,7 +198,7 @@ def _merge_cols(m, s, mc, sc, jn, first):
             s[j] = s[j] + scj * math.exp(mcj - m[j])
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _col_nan(xb, p, sn, cl, j):
     """Whether column ``j`` holds a NaN in ``cl`` rows from ``xb[p]``."""
     for k in range(cl):
@@ -222,7 +222,7 @@ def _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m,
         _merge_cols(m, s, mc, sc, jn, c0 == 0)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     """Forward on tiles ``[t0, t1)`` (tile ``t`` = outer index ``t // ntile``,
     columns ``(t % ntile) * J ...``). ``ob`` may be the memory of ``xb``
@@ -267,7 +267,7 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
                 _stage_out(ost, ob, obase, osn, osi, c0, cl, jn, J)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la, ia):
     """Pass 2 on a chunk of a tile (:func:`.segment.write_forward` per column)."""
     wide_vectors()
@@ -296,7 +296,7 @@ def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la,
             vstore_n(ob, po + j, y, jn - j)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 def forward_parallel(xb, ob, g, op, accurate, J, ntask):
     """:func:`forward_tiles` over every tile, ``ntask`` ranges in parallel."""
     tiles = g[0] * g[1] * ((g[3] + J - 1) // J)
@@ -304,7 +304,7 @@ def forward_parallel(xb, ob, g, op, accurate, J, ntask):
         forward_tiles(xb, ob, g, op, accurate, J, t * tiles // ntask, (t + 1) * tiles // ntask)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _tile_grad_sum(db, pd, dsn, yb, py, ysn, cl, jn, op, acc64, sc, J):
     """Per-column chunk sums of ``diff_dst`` (or ``diff_dst * dst``) over
     :data:`.segment.GRAD_LANES` float64 lanes (:func:`.segment.chunk_grad_sum`
@@ -334,7 +334,7 @@ def _tile_grad_sum(db, pd, dsn, yb, py, ysn, cl, jn, op, acc64, sc, J):
         sc[j] = acc64[j]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _tile_grad_write(db, pd, dsn, yb, py, ysn, ob, q, qsn, cl, jn, op, accurate, s, sa):
     """Pass 2 of the backward on a chunk of a tile (per column as
     :func:`.segment.write_backward`)."""
@@ -360,7 +360,7 @@ def _tile_grad_write(db, pd, dsn, yb, py, ysn, ob, q, qsn, cl, jn, op, accurate,
             vstore_n(ob, q + k * qsn + j, g_, jn - j)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def backward_tiles(db, yb, ob, g, op, accurate, J, t0, t1):
     """Backward on tiles ``[t0, t1)``; ``ob`` may be the memory of ``db`` or
     ``yb`` with the same geometry (in place, as :func:`forward_tiles`)."""
@@ -406,7 +406,7 @@ def backward_tiles(db, yb, ob, g, op, accurate, J, t0, t1):
                 _stage_out(ost, ob, obase, osn, osi, c0, cl, jn, J)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 def backward_parallel(db, yb, ob, g, op, accurate, J, ntask):
     """:func:`backward_tiles` over every tile, ``ntask`` ranges in parallel."""
     tiles = g[0] * g[1] * ((g[3] + J - 1) // J)
@@ -414,7 +414,7 @@ def backward_parallel(db, yb, ob, g, op, accurate, J, ntask):
         backward_tiles(db, yb, ob, g, op, accurate, J, t * tiles // ntask, (t + 1) * tiles // ntask)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def logsumexp_tiles(xb, rb, g, J, t0, t1):
     """float64 logsumexp of every column of tiles ``[t0, t1)`` into ``rb``
     (operand 1 of ``g``), from the accurate stats (as :func:`.rows.logsumexp_range`)."""
@@ -445,7 +445,7 @@ def logsumexp_tiles(xb, rb, g, J, t0, t1):
             rb[rbase + j * rsi] = v
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 def logsumexp_parallel(xb, rb, g, J, ntask):
     """:func:`logsumexp_tiles` over every tile, ``ntask`` ranges in parallel."""
     tiles = g[0] * g[1] * ((g[3] + J - 1) // J)

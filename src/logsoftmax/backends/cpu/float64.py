@@ -113,8 +113,8 @@ _GROUP = 8
 #: and y = f(x) are idempotent; in place takes :func:`_fwd_write_ip`).
 _VB = 64
 
-_KW = dict(cache=True, error_model="numpy")
-_PKW = dict(cache=True, error_model="numpy", parallel=True)
+_KW = dict(cache=True, nogil=True, error_model="numpy")
+_PKW = dict(cache=True, nogil=True, error_model="numpy", parallel=True)
 
 
 def _parallel_and_serial(fn):

@@ -62,11 +62,11 @@ __all__ = [
     "prob_rows",
 ]
 
-_KW = dict(cache=True, error_model="numpy")
+_KW = dict(cache=True, nogil=True, error_model="numpy")
 # ``reassoc`` lets LLVM vectorise the float64 sums; nothing else is relaxed
 # (no ``nnan``/``ninf``: NaN and inf rows must propagate).
-_SUM = dict(cache=True, error_model="numpy", fastmath={"reassoc"})
-_PAR = dict(cache=True, error_model="numpy", parallel=True)
+_SUM = dict(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
+_PAR = dict(cache=True, nogil=True, error_model="numpy", parallel=True)
 
 _NINF = -np.inf
 

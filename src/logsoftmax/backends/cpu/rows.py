@@ -65,14 +65,14 @@ def row_step(g, op):
     return g[4 + 5 * op + 3]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def gather(buf, off, n, step, dst):
     """``dst[:n] = buf[off + k * step]`` (any step, 0 = broadcast)."""
     for k in range(n):
         dst[k] = buf[off + k * step]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def scatter(src, buf, off, n, step):
     """``buf[off + k * step] = src[k]``: the inverse of :func:`gather`."""
     for k in range(n):
@@ -118,7 +118,7 @@ def stage_for(buf, size, needed):
     return buf
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def row_stats(xs, n, accurate):
     """``(m, s)`` of a whole unit-stride row: chunk stats merged in order."""
     m, s = chunk_stats(xs, 0, min(n, CHUNK), accurate)
@@ -128,7 +128,7 @@ def row_stats(xs, n, accurate):
     return m, s
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def forward_range(xb, ob, g, op, accurate, r0, r1):
     """Forward (``op``: :class:`Op`) on rows ``[r0, r1)``. ``ob`` may be the
     same memory as ``xb`` with the same geometry (in place): every vector
@@ -145,7 +145,7 @@ def forward_range(xb, ob, g, op, accurate, r0, r1):
         flush(ob, g, 1, r, n, ost)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 def forward_parallel(xb, ob, g, op, accurate, ntask):
     """:func:`forward_range` over all rows, ``ntask`` row ranges in parallel."""
     rows = g[0] * g[1]
@@ -153,7 +153,7 @@ def forward_parallel(xb, ob, g, op, accurate, ntask):
         forward_range(xb, ob, g, op, accurate, t * rows // ntask, (t + 1) * rows // ntask)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def row_grad_sum(ds, ys, n, op):
     """float64 gradient sum of a whole row: chunk sums added in order."""
     s = 0.0
@@ -162,7 +162,7 @@ def row_grad_sum(ds, ys, n, op):
     return s
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def backward_range(db, yb, ob, g, op, accurate, r0, r1):
     """Backward on rows ``[r0, r1)``; ``ob`` may be the memory of ``db`` or
     ``yb`` with the same geometry (in place, as :func:`forward_range`)."""
@@ -179,7 +179,7 @@ def backward_range(db, yb, ob, g, op, accurate, r0, r1):
         flush(ob, g, 2, r, n, ost)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 def backward_parallel(db, yb, ob, g, op, accurate, ntask):
     """:func:`backward_range` over all rows, ``ntask`` ranges in parallel."""
     rows = g[0] * g[1]
@@ -214,7 +214,7 @@ def _next(g, i1, i2):
     return i1, i2
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _batch_logs(s, lg, inv, nb):
     """``lg = log(s)`` and ``inv = 1/s`` for ``nb`` row sums, 8 per vector
     (lane-wise the same arithmetic as :func:`.segment.row_log`)."""
@@ -225,7 +225,7 @@ def _batch_logs(s, lg, inv, nb):
         vstore_n(inv, i, 1.0 / v, nb - i)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _batch_logs_all(s, lg):
     """``lg = log(s)`` elementwise (the dask split plan's merged row sums)."""
     wide_vectors()
@@ -234,7 +234,7 @@ def _batch_logs_all(s, lg):
         vstore_n(lg, i, log_f64(vload_n(s, i, n - i, 1.0)), n - i)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def forward_short(xb, ob, g, op, accurate, r0, r1):
     """:func:`forward_range` for unit-stride rows of ``n <= CHUNK``: the same
     arithmetic, run phase by phase over batches of :data:`BATCH` rows (all
@@ -269,7 +269,7 @@ def forward_short(xb, ob, g, op, accurate, r0, r1):
             i1, i2 = _next(g, i1, i2)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def backward_short(db, yb, ob, g, op, accurate, r0, r1):
     """:func:`backward_range` for unit-stride rows of ``n <= CHUNK``, in
     batches: all sums first, then all writes (as :func:`forward_short`)."""
@@ -301,7 +301,7 @@ def lse_value(m, s, nan_in_row):
     return m + row_log(s)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _row_has_nan(xs, n):
     for k in range(n):
         v = lane(vload_part(xs, k, 1, np.float32(0.0)), 0)
@@ -310,7 +310,7 @@ def _row_has_nan(xs, n):
     return False
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def logsumexp_range(xb, rb, g, r0, r1):
     """float64 logsumexp of rows ``[r0, r1)`` into ``rb`` (operand 1 of ``g``,
     one element per row), from the accurate stats (float64 terms: the
@@ -323,7 +323,7 @@ def logsumexp_range(xb, rb, g, r0, r1):
         rb[row_offset(g, 1, r)] = lse_value(m, s, m == np.inf and _row_has_nan(xs, n))
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 def logsumexp_parallel(xb, rb, g, ntask):
     """:func:`logsumexp_range` over all rows, ``ntask`` ranges in parallel."""
     rows = g[0] * g[1]
@@ -331,7 +331,7 @@ def logsumexp_parallel(xb, rb, g, ntask):
         logsumexp_range(xb, rb, g, t * rows // ntask, (t + 1) * rows // ntask)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 def forward_short_parallel(xb, ob, g, op, accurate, ntask):
     """:func:`forward_short` over all rows, ``ntask`` ranges in parallel."""
     rows = g[0] * g[1]
@@ -339,7 +339,7 @@ def forward_short_parallel(xb, ob, g, op, accurate, ntask):
         forward_short(xb, ob, g, op, accurate, t * rows // ntask, (t + 1) * rows // ntask)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 def backward_short_parallel(db, yb, ob, g, op, accurate, ntask):
     """:func:`backward_short` over all rows, ``ntask`` ranges in parallel."""
     rows = g[0] * g[1]

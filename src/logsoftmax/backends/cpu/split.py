@@ -48,8 +48,8 @@ __all__ = [
     "block_backward_apply",
 ]
 
-_KW = dict(cache=True, error_model="numpy")
-_PKW = dict(cache=True, error_model="numpy", parallel=True)
+_KW = dict(cache=True, nogil=True, error_model="numpy")
+_PKW = dict(cache=True, nogil=True, error_model="numpy", parallel=True)
 
 
 @njit(**_PKW)
