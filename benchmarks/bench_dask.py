@@ -54,8 +54,29 @@ def overhead(rows: int, cols: int, repeat: int) -> None:
     def dask_store(d):
         return lambda: da.store(logsoftmax.log_softmax(d), out, lock=False)
 
+    blocks = np.split(x, 8)
+    outs = np.split(out, 8)
+
+    def threads_no_dask():
+        # the same 8 block calls on 2 Python threads: the kernels' own
+        # parallel speed, without dask's scheduling and store
+        import numba
+        from concurrent.futures import ThreadPoolExecutor
+
+        def one(i):
+            numba.set_num_threads(1)
+            logsoftmax.log_softmax(blocks[i], out=outs[i])
+
+        with ThreadPoolExecutor(2) as ex:
+            list(ex.map(one, range(8)))
+
     cases = {
         "cpu backend, one call": lambda: _cpu(x),
+        "cpu backend, one call, out=": lambda: logsoftmax.log_softmax(x, out=out),
+        "8 row blocks on 2 threads, no dask (out= slices)": threads_no_dask,
+        "dask, 8 row chunks, store of x - 1 (dask's own cost)": lambda: da.store(
+            whole - 1, out, lock=False
+        ),
         "dask, 8 row chunks, compute()": dask_compute(whole),
         "dask, 8 row chunks, store": dask_store(whole),
         "dask, 8x4 blocks (split axis), compute()": dask_compute(split),

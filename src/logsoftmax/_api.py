@@ -348,9 +348,10 @@ def log_softmax(x, axis=-1, *, out=None, dtype=None):
       out: optional array of the result's shape and dtype, any strides; may be
         exactly ``x`` (in place).
       dtype: optional result dtype (benchdnn's mixed data types): the result
-        is computed from ``x`` at its own precision and rounded once to
-        ``dtype``. This differs from PyTorch's ``dtype=``, which casts the
-        *input* first.
+        is computed in the wider of ``x``'s working precision and
+        ``dtype``'s (``dtype=float64`` on float32 data computes in float64)
+        and rounded once to ``dtype``. A narrower ``dtype`` differs from
+        PyTorch's ``dtype=``, which casts the *input* first.
 
     Returns:
       An array of ``x``'s shape and dtype (or ``dtype``), of ``x``'s array
