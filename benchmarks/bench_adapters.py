@@ -90,9 +90,27 @@ def bench_torch(shapes, rounds: int) -> list[str]:
     rows = [
         "| shape | torch.log_softmax | lt.log_softmax | lt - torch | front door alone "
         "| adapter share | via dispatcher | fwd+bwd torch | fwd+bwd lt | lt - torch "
+        "| fwd+bwd torch in a Python autograd.Function | lt - that "
         "| cross_entropy fwd+bwd torch | lt |",
-        "|" + "---|" * 12,
+        "|" + "---|" * 14,
     ]
+
+    class TorchInPython(torch.autograd.Function):
+        """PyTorch's own forward and backward kernels behind a Python
+        ``autograd.Function``: what any op not written in C++ pays."""
+
+        @staticmethod
+        def forward(ctx, x, dim):
+            y = torch.log_softmax(x, dim)
+            ctx.save_for_backward(y)
+            ctx.dim = dim
+            return y
+
+        @staticmethod
+        def backward(ctx, gy):
+            (y,) = ctx.saved_tensors
+            return torch._log_softmax_backward_data(gy, y, ctx.dim, y.dtype), None
+
     for shape in shapes:
         x = torch.randn(shape)
         xg = x.clone().requires_grad_()
@@ -122,6 +140,7 @@ def bench_torch(shapes, rounds: int) -> list[str]:
                 "dispatcher": lambda: torch.ops.logsoftmax.log_softmax.default(x, 1),
                 "torch fb": fwd_bwd(torch.log_softmax),
                 "lt fb": fwd_bwd(lt.log_softmax),
+                "python fb": fwd_bwd(TorchInPython.apply),
                 "torch ce": ce(F.cross_entropy),
                 "lt ce": ce(lt.cross_entropy),
             },
@@ -131,7 +150,8 @@ def bench_torch(shapes, rounds: int) -> list[str]:
             f"| {shape[0]}x{shape[1]} | {us(t['torch'])} | {us(t['lt'])} | "
             f"{us(t['lt'] - t['torch'])} | {us(t['front'])} | {us(t['lt'] - t['front'])} | "
             f"{us(t['dispatcher'])} | {us(t['torch fb'])} | {us(t['lt fb'])} | "
-            f"{us(t['lt fb'] - t['torch fb'])} | {us(t['torch ce'])} | {us(t['lt ce'])} |"
+            f"{us(t['lt fb'] - t['torch fb'])} | {us(t['python fb'])} | "
+            f"{us(t['lt fb'] - t['python fb'])} | {us(t['torch ce'])} | {us(t['lt ce'])} |"
         )
         print(rows[-1], flush=True)
     return rows

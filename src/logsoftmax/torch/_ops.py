@@ -199,7 +199,29 @@ def _wrap(a, like: torch.Tensor) -> torch.Tensor:
     return t.reshape(()) if like.dim() == 0 else t
 
 
+#: dtypes whose CPU tensors map to numpy with ``Tensor.numpy()`` alone
+_NUMPY_NATIVE = frozenset({torch.float32, torch.float64, torch.float16})
+
+
+def _plain_cpu(t: torch.Tensor, dim) -> bool:
+    """The common call: a contiguous CPU tensor of a numpy-native dtype with
+    at least one dimension and an in-range int ``dim``. Such calls skip the
+    general checks and wrappers (what's left is ``Tensor.numpy()``, the
+    front door and ``torch.from_numpy``: 8x10 float32 forward 7.6 -> 5.x us,
+    ``benchmarks/bench_adapters.py``)."""
+    nd = t.dim()
+    return (
+        t.is_cpu
+        and t.dtype in _NUMPY_NATIVE
+        and type(dim) is int
+        and -nd <= dim < nd
+        and t.is_contiguous()
+    )
+
+
 def _forward_kernel(fn: str, compute, x: torch.Tensor, dim: int) -> torch.Tensor:
+    if _plain_cpu(x, dim):
+        return torch.from_numpy(compute((x.detach() if x.requires_grad else x).numpy(), dim))
     check_float(fn, "x", x)
     dim = check_dim(fn, dim, x.dim())
     if x.is_contiguous():
@@ -210,6 +232,16 @@ def _forward_kernel(fn: str, compute, x: torch.Tensor, dim: int) -> torch.Tensor
 
 
 def _backward_kernel(fn: str, compute, g: torch.Tensor, y: torch.Tensor, dim: int):
+    if (
+        _plain_cpu(g, dim)
+        and y.is_cpu
+        and y.dtype is g.dtype
+        and y.shape == g.shape
+        and y.is_contiguous()
+    ):
+        gn = (g.detach() if g.requires_grad else g).numpy()
+        yn = (y.detach() if y.requires_grad else y).numpy()
+        return torch.from_numpy(compute(gn, yn, dim))
     check_pair(fn, g, y)
     dim = check_dim(fn, dim, g.dim())
     if g.is_contiguous():

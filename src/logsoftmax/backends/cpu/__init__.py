@@ -167,7 +167,7 @@ def _runner(lay, kernel, dtype):
 
 def _flat(a, st):
     """Flat storage view of a C-contiguous array (``st``: its storage dtype)."""
-    f = a.reshape(-1)
+    f = a if a.ndim == 1 else a.reshape(-1)  # reshape: 0.17 us of a 2.5 us call
     return f if st is None else f.view(st)
 
 
