@@ -105,6 +105,8 @@ def empty_in_order(shape: Sequence[int], dtype, order: Sequence[int]) -> np.ndar
     memory in ``order`` (outermost first): a transposed view of a C-contiguous
     block, so every element is one of the block's."""
     mem = np.empty([shape[d] for d in order], dtype=dtype)
+    if list(order) == list(range(len(order))):
+        return mem  # plain C order: the array itself, as np.empty gives it
     return mem.transpose(np.argsort(order))
 
 
