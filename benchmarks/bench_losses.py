@@ -9,8 +9,9 @@ work that should hide behind them.
 Cases (N x H tokens, V classes, float32, ``--threads`` threads):
 
 * ``floor numpy`` / ``floor torch``: the three GEMMs, numpy's OpenBLAS / torch's.
-* ``numpy chunked GEMMs (rows 256)``: the fused schedule's three GEMMs on
-  256-row chunks, without the kernels (what chunking alone costs).
+* ``numpy chunked GEMMs (rows R)``: the fused schedule's three GEMMs on
+  R-row chunks, without the kernels (what chunking alone costs with
+  OpenBLAS, R = 64, 256, 512, 1024).
 * ``numpy fused (rows R)``: :func:`logsoftmax._linear_ce.forward` with
   ``grads=True`` and chunks of R token rows x all V (token chunking; the
   gradients are computed in the forward: three GEMMs), then ``backward``.
@@ -22,9 +23,11 @@ Cases (N x H tokens, V classes, float32, ``--threads`` threads):
 * ``ours on torch``: ``logsoftmax.torch.linear_cross_entropy`` (torch's BLAS).
 
 Time: medians of ``--repeat`` interleaved rounds after a warm-up. Peak
-extra memory: each case once in a fresh subprocess, ``ru_maxrss`` after the
-call minus the resident size before it (inputs allocated, kernels warm on a
-tiny problem), so numpy and torch allocations count alike.
+extra memory: each case in a fresh subprocess, the peak resident size
+during its second call minus the resident size before it (inputs
+allocated, one full-size call done so that compilation and the BLAS
+libraries' per-process workspaces are behind it), so numpy and torch
+allocations count alike.
 
 Run: ``python benchmarks/bench_losses.py [--quick] [--large] [--repeat 3]``.
 Writes the table and ``docs/img/losses.png`` into docs/losses.md (between
@@ -72,19 +75,20 @@ def make_case(name: str, n: int, h: int, v: int):
     x, w, t = _data(n, h, v)
     if name == "floor numpy":
         return lambda: _three_gemms(x, w)
-    if name == "numpy chunked GEMMs (rows 256)":
+    if name.startswith("numpy chunked GEMMs"):
         from logsoftmax._linear_ce import NumpyOps
 
         ops = NumpyOps()
+        rows = int(name.split()[-1].rstrip(")"))
 
         def run():  # the fused schedule's three GEMMs alone, no kernels
-            g = np.empty((min(256, n), v), np.float32)
+            g = np.empty((min(rows, n), v), np.float32)
             gx, gw = np.empty((n, h), np.float32), np.empty((v, h), np.float32)
-            for r in range(0, n, 256):
-                xr = x[r:r + 256]
+            for r in range(0, n, rows):
+                xr = x[r:r + rows]
                 z = g[: len(xr)]
                 ops.logits(xr, w, None, z)
-                ops.acc_gx(gx[r:r + 256], z, w, True)
+                ops.acc_gx(gx[r:r + rows], z, w, True)
                 ops.acc_gw(gw, z, xr, r == 0)
         return run
     if name.startswith("numpy fused") or name.startswith("numpy recompute"):
@@ -131,8 +135,10 @@ def make_case(name: str, n: int, h: int, v: int):
 
 
 def cases(n, v):
-    names = ["floor numpy", "numpy chunked GEMMs (rows 256)", "numpy fused (default)"]
-    names += [f"numpy fused (rows {r})" for r in (64, 256, 1024) if r < n]
+    names = ["floor numpy"]
+    names += [f"numpy chunked GEMMs (rows {r})" for r in (64, 256, 512, 1024) if r < n]
+    names += ["numpy fused (default)"]
+    names += [f"numpy fused (rows {r})" for r in (64, 256, 512, 1024) if r < n]
     names += [f"numpy recompute (cols {c})" for c in (1024, 4096)]
     names += ["floor torch", "torch unfused", "torch chunked", "ours on torch"]
     return names
@@ -144,14 +150,24 @@ def cases(n, v):
 def _child(name, n, h, v, threads):
     """Peak extra resident memory of one call (run in a fresh process): the
     resident size sampled every 0.2 ms by a thread (the GEMMs and kernels
-    release the GIL) minus the size before the call."""
+    release the GIL) minus the size before the call.
+
+    The call measured is the second one, after a full-size warm-up: each BLAS
+    library keeps a workspace of its own for the life of the process
+    (OpenBLAS, first ``g.T @ x`` of a 256-row chunk: 32 MiB for numpy's
+    copy, 55 MiB for SciPy's; nothing on later calls), which is not the
+    operation's memory. The library's own pool of freed results is emptied
+    first, so that nothing it allocates is already resident."""
     import threading
 
     import psutil
 
+    from logsoftmax.backends.cpu import alloc
+
     _set_threads(threads)
-    make_case(name, 64, 16, 512)()  # compile / warm on a tiny problem
     run = make_case(name, n, h, v)
+    run()  # warm: compilation, BLAS workspaces
+    alloc.clear_pool()
     proc = psutil.Process()
     before = proc.memory_info().rss
     peak, done = [before], threading.Event()
