@@ -29,8 +29,8 @@ one thread anyway). Every entry is the median over interleaved rounds of
 from __future__ import annotations
 
 import argparse
-import platform
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -38,19 +38,12 @@ import numpy as np
 
 import logsoftmax
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import cpu_info  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = [(8, 10), (64, 128), (256, 1000), (1024, 4096)]
 QUICK_SHAPES = [(8, 10), (256, 1000)]
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def interleaved(fns: dict, rounds: int, budget_s: float = 0.02) -> dict[str, float]:
@@ -241,7 +234,7 @@ def main(argv=None) -> int:
     except ImportError:
         pass
     head = (
-        f"{cpu_model()}, 1 thread; float32, dim/axis 1; microseconds per call, "
+        f"{cpu_info()['model']}, 1 thread; float32, dim/axis 1; microseconds per call, "
         f"median of {rounds} interleaved rounds (shared machine: compare within a row)."
     )
     print(head)

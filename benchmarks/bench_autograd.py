@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -40,6 +41,9 @@ import logsoftmax as ls
 from logsoftmax import nn
 from logsoftmax.driver.perf import median_seconds
 from logsoftmax.nn import functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import cpu_info  # noqa: E402
 
 LR, MOMENTUM = 0.05, 0.9
 
@@ -286,13 +290,6 @@ def write_doc(lines: list[str]) -> None:
     print(f"wrote {DOC.name}")
 
 
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="autograd step time vs PyTorch")
     p.add_argument("--batch", type=int, default=256)
@@ -316,7 +313,7 @@ def main(argv=None) -> int:
         threadpool_limits(args.threads)
     except ImportError:
         print("threadpoolctl not installed: BLAS threads not pinned")
-    out = [f"{cpu_model()}; batch {args.batch}, float32, {args.threads} thread(s), "
+    out = [f"{cpu_info()['model']}; batch {args.batch}, float32, {args.threads} thread(s), "
            f"median of {args.repeat} interleaved rounds x {args.steps} steps; torch "
            f"{torch.__version__}, numpy {np.__version__}. "
            "`python benchmarks/bench_autograd.py`", ""]

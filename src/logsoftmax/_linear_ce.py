@@ -78,13 +78,17 @@ __all__ = [
     "ops_for",
 ]
 
-#: default chunk budget in elements of the compute type: 2**23 float32 =
-#: 32 MiB, 256 token rows at V = 32000. Measured (docs/losses.md, N=2048,
-#: H=512, V=32000, OpenBLAS, 2 threads): the fused schedule ran at 0.9-1.1x
-#: the three-GEMM floor with 256 rows per chunk, 6.7x with 64 rows (the
-#: GEMMs' short side is the chunk's rows); 64 rows keeps the peak 24 MiB
-#: lower. ``chunk_size`` overrides it.
-CHUNK_ELEMENTS = 1 << 23
+#: the default chunk holds as many compute-type values as ``grad_W``
+#: (``V x H``), within these bounds (32 and 128 MiB of float32): a chunk
+#: the size of the gradient the call returns anyway keeps the peak at about
+#: twice ``grad_W`` (PyTorch's chunked loss peaks there too) while giving
+#: the GEMMs as many rows as that allows. Measured (docs/losses.md,
+#: OpenBLAS, 2 threads, fwd + bwd / the three-GEMM floor): N=2048, H=512,
+#: V=32000: 256 rows 1.5x at 94 MiB, 512 rows (the rule) 1.2x at 125 MiB,
+#: 1024 rows 1.0x at 188 MiB; N=4096, H=1024: 1024 rows (the rule) 0.96x
+#: at 266 MiB against PyTorch's chunked 290 MiB. ``chunk_size`` overrides.
+CHUNK_MIN = 1 << 23
+CHUNK_MAX = 1 << 25
 #: fewest token rows per chunk: below this the GEMMs with the chunk's rows
 #: as their short side stream W from memory for too little work
 MIN_ROWS = 256
@@ -137,10 +141,13 @@ def _kind(a) -> str:
     return "cuda" if is_cuda_array(a) else "numpy"
 
 
-def default_chunk(n: int, v: int, budget: int = CHUNK_ELEMENTS) -> tuple[int, int]:
-    """``(rows, cols)`` per chunk: whole vocabulary rows when ``MIN_ROWS`` of
-    them fit the budget (the fused schedule needs whole rows), else
-    ``MIN_ROWS`` rows of a vocabulary slice of ``budget / MIN_ROWS``."""
+def default_chunk(n: int, v: int, h: int = 0, budget: int | None = None) -> tuple[int, int]:
+    """``(rows, cols)`` per chunk of a budget of ``V x H`` values (within
+    ``[CHUNK_MIN, CHUNK_MAX]``; ``budget`` overrides): whole vocabulary rows
+    when ``MIN_ROWS`` of them fit (the fused schedule needs whole rows),
+    else ``MIN_ROWS`` rows of a vocabulary slice of ``budget / MIN_ROWS``."""
+    if budget is None:
+        budget = min(max(v * h, CHUNK_MIN), CHUNK_MAX)
     n, v = max(n, 1), max(v, 1)
     if v * MIN_ROWS <= budget:
         rows = max(MIN_ROWS, budget // v // 16 * 16)
@@ -148,9 +155,9 @@ def default_chunk(n: int, v: int, budget: int = CHUNK_ELEMENTS) -> tuple[int, in
     return min(MIN_ROWS, n), max(1, min(v, budget // MIN_ROWS))
 
 
-def _check_chunk(fn, chunk_size, n, v) -> tuple[int, int]:
+def _check_chunk(fn, chunk_size, n, v, h) -> tuple[int, int]:
     if chunk_size is None:
-        return default_chunk(n, v)
+        return default_chunk(n, v, h)
     pair = chunk_size if isinstance(chunk_size, tuple) else (chunk_size, v)
     ok = len(pair) == 2 and all(
         isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c > 0
@@ -229,7 +236,7 @@ def check(fn, input, linear_weight, target, *, linear_bias=None, weight=None,
     check_class_targets(fn, t_check, (n,), v, ignore_index, eager=kind != "dask")
     return Problem(fn, kind, input, linear_weight, linear_bias, target, weight, dt,
                    reduction, ignore_index, eps, zl, cap,
-                   _check_chunk(fn, chunk_size, n, v))
+                   _check_chunk(fn, chunk_size, n, v, h))
 
 
 class _NpDtype:

@@ -1,0 +1,160 @@
+"""What bounds the float32 vocabulary forward at 4096x32000 on this CPU.
+
+Issue 10 asks the ``out=`` forward for >= 80% of a same-run copy's speed.
+This script measures, in one process and interleaved, the pieces that
+decide whether that is reachable:
+
+* **the copy** of the same bytes three ways on 2 threads: the driver's
+  ``copy2`` (LLVM turns it into ``memcpy``), a loop of explicit 512-bit
+  vector loads and stores (the stores our kernels issue), and the same loop
+  with non-temporal stores (``!nontemporal``, ``vmovntps``);
+* **our forward** (``log_softmax(x, out=y)``) on the same arrays;
+* **the arithmetic alone**: our forward on rows that stay in cache (16 and
+  64 rows of 32000, one thread), in ns per element, next to ``np.exp`` and
+  ``torch.exp`` over the same 16 rows (the exponential alone, the largest
+  part of the forward's arithmetic).
+
+The compute floor for the big problem is then ``elements / threads *
+(in-cache ns per element)``; if it exceeds 80% of the copy's time budget
+the target cannot be met by overlapping memory and arithmetic better.
+
+Run: ``python benchmarks/vocab_limits.py [--repeat 9]`` (prints only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
+
+import logsoftmax
+from logsoftmax.backends.cpu._simd import wide_vectors
+from logsoftmax.backends.cpu._vec import W, vload, vstore
+from logsoftmax.driver.perf import copy2, median_seconds
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import cpu_info  # noqa: E402
+
+ROWS, COLS = 4096, 32000
+
+
+@intrinsic
+def _vstore_nt(typingctx, buf, idx, v):
+    """``vstore`` with LLVM's ``!nontemporal`` hint (float32 buffers)."""
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), args[2].type.as_pointer())
+        store = builder.store(args[2], ptr, align=64)
+        store.set_metadata(
+            "nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
+        )
+        return context.get_dummy_value()
+
+    return types.none(buf, idx, v), codegen
+
+
+@njit(parallel=True)
+def vector_copy(src, dst, nthreads):
+    per = dst.size // nthreads // W * W
+    for t in prange(nthreads):
+        wide_vectors()
+        end = dst.size if t == nthreads - 1 else (t + 1) * per
+        for i in range(t * per, end, W):
+            vstore(dst, i, vload(src, i))
+
+
+@njit(parallel=True)
+def vector_copy_nt(src, dst, nthreads):
+    per = dst.size // nthreads // W * W
+    for t in prange(nthreads):
+        wide_vectors()
+        end = dst.size if t == nthreads - 1 else (t + 1) * per
+        for i in range(t * per, end, W):
+            _vstore_nt(dst, i, vload(src, i))
+
+
+def in_cache_ns(rows: int, threads: int, repeat: int) -> float:
+    """Our forward on ``rows x 32000`` float32 (in cache), ns per element
+    and thread."""
+    numba.set_num_threads(threads)
+    x = np.random.default_rng(0).standard_normal((rows, COLS), dtype=np.float32)
+    y = np.empty_like(x)
+    calls = max(1, 2000 // rows)
+
+    def run():
+        for _ in range(calls):
+            logsoftmax.log_softmax(x, out=y)
+
+    t = median_seconds({"ours": run}, repeat)["ours"] / calls
+    return t / x.size * 1e9 * threads
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=9)
+    a = ap.parse_args(argv)
+    print(f"CPU: {cpu_info()['model']}; 2 threads for the big problem\n")
+
+    numba.set_num_threads(2)
+    x = np.random.default_rng(1).standard_normal((ROWS, COLS), dtype=np.float32)
+    y = np.zeros_like(x)  # touched: no first-touch faults in the timings
+    xf, yf = x.reshape(-1), y.reshape(-1)
+    big = median_seconds(
+        {
+            "copy (memcpy)": lambda: copy2(xf.view(np.uint64), yf.view(np.uint64)),
+            "copy (512-bit vector stores)": lambda: vector_copy(xf, yf, 2),
+            "copy (non-temporal stores)": lambda: vector_copy_nt(xf, yf, 2),
+            "ours log_softmax out=": lambda: logsoftmax.log_softmax(x, out=y),
+        },
+        a.repeat,
+    )
+    base = big["copy (memcpy)"]
+    print(f"| {ROWS}x{COLS} f32, 2 threads | ms | % of memcpy's speed |")
+    print("|---|---:|---:|")
+    for name, t in big.items():
+        print(f"| {name} | {t * 1e3:.1f} | {base / t:.0%} |")
+
+    ns1 = {r: in_cache_ns(r, 1, a.repeat) for r in (16, 64)}
+    ns2 = in_cache_ns(64, 2, a.repeat)
+    numba.set_num_threads(2)
+    row16 = np.random.default_rng(2).standard_normal(16 * COLS, dtype=np.float32)
+    out16 = np.empty_like(row16)
+    fns = {"np.exp": lambda: np.exp(row16, out=out16)}
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+        t16, o16 = torch.from_numpy(row16), torch.from_numpy(out16)
+        fns["torch.exp"] = lambda: torch.exp(t16, out=o16)
+    except ImportError:
+        pass
+    exps = {k: v / row16.size * 1e9 for k, v in median_seconds(fns, a.repeat).items()}
+
+    print("\n| in cache, one thread | ns per element |")
+    print("|---|---:|")
+    for r, v in ns1.items():
+        print(f"| ours, {r}x{COLS} | {v:.3f} |")
+    print(f"| ours, 64x{COLS}, 2 threads (per thread) | {ns2:.3f} |")
+    for k, v in exps.items():
+        print(f"| {k} alone, 16x{COLS} | {v:.3f} |")
+
+    per_thread = ROWS * COLS / 2
+    floor = per_thread * min(ns1.values()) * 1e-9
+    print(
+        f"\nArithmetic alone for {ROWS}x{COLS} on 2 threads: {floor * 1e3:.1f} ms "
+        f"= {base / floor:.0%} of memcpy's speed at best (perfect overlap with memory); "
+        f"80% needs <= {base / 0.8 * 1e3:.1f} ms, i.e. <= "
+        f"{base / 0.8 / per_thread * 1e9:.3f} ns per element and thread."
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
