@@ -8,7 +8,9 @@ decide whether that is reachable:
   ``copy2`` (LLVM turns it into ``memcpy``), a loop of explicit 512-bit
   vector loads and stores (the stores our kernels issue), and the same loop
   with non-temporal stores (``!nontemporal``, ``vmovntps``);
-* **our forward** (``log_softmax(x, out=y)``) on the same arrays;
+* **our forward** (``log_softmax(x, out=y)``) on the same arrays, and its
+  two passes alone: the row statistics (read ``x``, an exp per element)
+  and the write pass (``y = x - m - log s``);
 * **the arithmetic alone**: our forward on rows that stay in cache (16 and
   64 rows of 32000, one thread), in ns per element, next to ``np.exp`` and
   ``torch.exp`` over the same 16 rows (the exponential alone, the largest
@@ -24,6 +26,7 @@ Run: ``python benchmarks/vocab_limits.py [--repeat 9]`` (prints only).
 from __future__ import annotations
 
 import argparse
+import mmap
 import sys
 from pathlib import Path
 
@@ -36,6 +39,8 @@ from numba.extending import intrinsic
 import logsoftmax
 from logsoftmax.backends.cpu._simd import wide_vectors
 from logsoftmax.backends.cpu._vec import W, vload, vstore
+from logsoftmax.backends.cpu.rows import row_stats
+from logsoftmax.backends.cpu.segment import row_log, write_forward
 from logsoftmax.driver.perf import copy2, median_seconds
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -80,6 +85,34 @@ def vector_copy_nt(src, dst, nthreads):
             _vstore_nt(dst, i, vload(src, i))
 
 
+@njit(parallel=True, nogil=True)
+def pass1_only(x, m, s, nthreads):
+    """The forward's first pass alone: every row's ``(max, sum)``."""
+    rows, n = x.shape
+    for t in prange(nthreads):
+        for r in range(t * rows // nthreads, (t + 1) * rows // nthreads):
+            m[r], s[r] = row_stats(x[r], n, False)
+
+
+@njit(parallel=True, nogil=True)
+def pass2_only(x, y, m, s, nthreads):
+    """The forward's second pass alone (``y = x - m - log s``), ``x`` read
+    from memory rather than from L2 as in the whole forward."""
+    rows, n = x.shape
+    for t in prange(nthreads):
+        for r in range(t * rows // nthreads, (t + 1) * rows // nthreads):
+            write_forward(x[r], y[r], 0, n, 0, False, m[r], row_log(s[r]), 1.0 / s[r])
+
+
+def _page_aligned(shape) -> np.ndarray:
+    """A zeroed float32 array on fresh pages (``vmovntps`` needs 64-byte
+    aligned addresses; numpy's large arrays are only 16-byte aligned)."""
+    n = int(np.prod(shape))
+    a = np.frombuffer(mmap.mmap(-1, n * 4), np.float32).reshape(shape)
+    a[:] = 0
+    return a
+
+
 def in_cache_ns(rows: int, threads: int, repeat: int) -> float:
     """Our forward on ``rows x 32000`` float32 (in cache), ns per element
     and thread."""
@@ -103,8 +136,11 @@ def main(argv=None) -> int:
     print(f"CPU: {cpu_info()['model']}; 2 threads for the big problem\n")
 
     numba.set_num_threads(2)
-    x = np.random.default_rng(1).standard_normal((ROWS, COLS), dtype=np.float32)
-    y = np.zeros_like(x)  # touched: no first-touch faults in the timings
+    x = _page_aligned((ROWS, COLS))
+    x[:] = np.random.default_rng(1).standard_normal((ROWS, COLS), dtype=np.float32)
+    y = _page_aligned((ROWS, COLS))  # zeroed and touched: no first-touch faults
+    m, s = np.empty(ROWS), np.empty(ROWS)
+    pass1_only(x, m, s, 2)
     xf, yf = x.reshape(-1), y.reshape(-1)
     big = median_seconds(
         {
@@ -112,6 +148,8 @@ def main(argv=None) -> int:
             "copy (512-bit vector stores)": lambda: vector_copy(xf, yf, 2),
             "copy (non-temporal stores)": lambda: vector_copy_nt(xf, yf, 2),
             "ours log_softmax out=": lambda: logsoftmax.log_softmax(x, out=y),
+            "ours, pass 1 alone (row statistics)": lambda: pass1_only(x, m, s, 2),
+            "ours, pass 2 alone (x read from memory)": lambda: pass2_only(x, y, m, s, 2),
         },
         a.repeat,
     )
