@@ -170,15 +170,21 @@ def _sum32(xs, c0, cl, m):
         a2 = a2 + exp_f32_sum(vload(xs, c0 + k + 2 * W) - m)
         a3 = a3 + exp_f32_sum(vload(xs, c0 + k + 3 * W) - m)
         k += 4 * W
-    r = cl - k  # masked-off lanes add exactly 0
+    return _sum32_finish(xs, c0 + k, cl - k, m, a0, a1, a2, a3)
+
+
+@njit(inline="always", error_model="numpy")
+def _sum32_finish(xs, k, r, m, a0, a1, a2, a3):
+    """The last ``r < 4 * W`` terms (from ``xs[k]``) into the four
+    accumulators, then the fixed tree: masked-off lanes add exactly 0."""
     if r > 0:
-        a0 = a0 + _tail_terms(xs, c0 + k, r, m)
+        a0 = a0 + _tail_terms(xs, k, r, m)
     if r > W:
-        a1 = a1 + _tail_terms(xs, c0 + k + W, r - W, m)
+        a1 = a1 + _tail_terms(xs, k + W, r - W, m)
     if r > 2 * W:
-        a2 = a2 + _tail_terms(xs, c0 + k + 2 * W, r - 2 * W, m)
+        a2 = a2 + _tail_terms(xs, k + 2 * W, r - 2 * W, m)
     if r > 3 * W:
-        a3 = a3 + _tail_terms(xs, c0 + k + 3 * W, r - 3 * W, m)
+        a3 = a3 + _tail_terms(xs, k + 3 * W, r - 3 * W, m)
     return np.float64(reduce_add((a0 + a2) + (a1 + a3)))
 
 
@@ -210,19 +216,11 @@ def sum32_writing(xs, c0, cl, m, ps, os, mp, lp):
         a3 = a3 + exp_f32_sum(vload(xs, i + 3 * W) - m)
         vstore(os, i + 3 * W, (vload(ps, i + 3 * W) - mp) - lp)
         k += 4 * W
-    r = cl - k
-    if r > 0:
-        a0 = a0 + _tail_terms(xs, c0 + k, r, m)
-    if r > W:
-        a1 = a1 + _tail_terms(xs, c0 + k + W, r - W, m)
-    if r > 2 * W:
-        a2 = a2 + _tail_terms(xs, c0 + k + 2 * W, r - 2 * W, m)
-    if r > 3 * W:
-        a3 = a3 + _tail_terms(xs, c0 + k + 3 * W, r - 3 * W, m)
+    total = _sum32_finish(xs, c0 + k, cl - k, m, a0, a1, a2, a3)
     while k < cl:
         vstore_n(os, c0 + k, (vload_n(ps, c0 + k, cl - k, _ZERO) - mp) - lp, cl - k)
         k += W
-    return np.float64(reduce_add((a0 + a2) + (a1 + a3)))
+    return total
 
 
 @njit(inline="always", error_model="numpy")
