@@ -40,12 +40,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import cpu_info, replace_block  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "losses.md"
@@ -258,16 +260,11 @@ def plot(rows, path: Path, title: str) -> None:
 
 
 def write_doc(text: str) -> None:
-    doc = DOC.read_text()
-    head, _, rest = doc.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    DOC.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+    replace_block(DOC, BEGIN, END, f"{BEGIN}\n{text}\n{END}")
 
 
 def environment(threads) -> str:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in
-                Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())
+    cpu = cpu_info()["model"]
     env = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     import threadpoolctl
 

@@ -9,10 +9,13 @@
 # 2. runs tests/test_losses_cuda.py (the fused loss's Triton pieces, compiled)
 #    and benchmarks/bench_losses.py --cuda (time and peak memory vs torch);
 # 3. runs benchmarks/bench_cuda.py (GB/s vs torch and a device copy).
-# Everything lands in $OUT: nvidia-smi.txt, pytest*.txt/.xml, bench_cuda.md/.json/.png,
-# summary.txt. Budget: ~9 minutes on an H200 (Triton compiles each kernel
-# specialisation once; pytest -n 8 spreads the compiles over the CPU cores).
-# Exit status: 0 if the default tests passed and the benchmark ran.
+# Everything lands in $OUT: nvidia-smi.txt, pytest*.txt/.xml (pytest_losses.txt
+# too), bench_cuda.md/.json/.png, bench_losses*.txt/.md, summary.txt. Budget:
+# the steps' timeouts add up to ~13.5 minutes (330+90+120+120+150 s); expect less
+# on an H200 (Triton compiles each kernel specialisation once; pytest -n 8
+# spreads the compiles over the CPU cores).
+# Exit status: 0 if the default tests (log-softmax and loss) passed and
+# bench_cuda.py ran.
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-benchmarks/gpu_results}"

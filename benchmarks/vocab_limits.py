@@ -65,24 +65,24 @@ def _vstore_nt(typingctx, buf, idx, v):
     return types.none(buf, idx, v), codegen
 
 
-@njit(parallel=True)
-def vector_copy(src, dst, nthreads):
-    per = dst.size // nthreads // W * W
-    for t in prange(nthreads):
-        wide_vectors()
-        end = dst.size if t == nthreads - 1 else (t + 1) * per
-        for i in range(t * per, end, W):
-            vstore(dst, i, vload(src, i))
+def _vector_copy(store):
+    """A 2-stream copy ``dst[:] = src`` in 512-bit vectors, each written by
+    ``store`` (``vstore`` or :func:`_vstore_nt`)."""
+
+    @njit(parallel=True)
+    def copy(src, dst, nthreads):
+        per = dst.size // nthreads // W * W
+        for t in prange(nthreads):
+            wide_vectors()
+            end = dst.size if t == nthreads - 1 else (t + 1) * per
+            for i in range(t * per, end, W):
+                store(dst, i, vload(src, i))
+
+    return copy
 
 
-@njit(parallel=True)
-def vector_copy_nt(src, dst, nthreads):
-    per = dst.size // nthreads // W * W
-    for t in prange(nthreads):
-        wide_vectors()
-        end = dst.size if t == nthreads - 1 else (t + 1) * per
-        for i in range(t * per, end, W):
-            _vstore_nt(dst, i, vload(src, i))
+vector_copy = _vector_copy(vstore)
+vector_copy_nt = _vector_copy(_vstore_nt)
 
 
 @njit(parallel=True, nogil=True)

@@ -265,6 +265,28 @@ def test_split_row_in_place_bit_identical(dtype):
     _with_threads(2, run)
 
 
+@pytest.mark.parametrize("dtype", [F32, dtypes.bfloat16], ids=dtypes.name_of)
+def test_pipelined_rows_match_rows_one_at_a_time(dtype):
+    """Long log_softmax rows are pipelined (row r's statistics pass writes row
+    r - 1): the same bits as each row alone, out of place and in place, with
+    a whole chunk of -inf, a single -inf, a NaN and an +inf among the rows."""
+    x = (np.random.default_rng(7).standard_normal((6, 9000)) * 3).astype(dtype)
+    x[1, :4096] = -np.inf
+    x[2, 17] = -np.inf
+    x[3, 8999] = np.nan
+    x[4, 5000] = np.inf
+    alone = np.concatenate([_fwd("log_softmax", x[r:r + 1], 1) for r in range(6)])
+
+    def run():
+        assert np.array_equal(bits(_fwd("log_softmax", x, 1)), bits(alone))
+        inplace = x.copy()
+        _fwd("log_softmax", inplace, 1, out=inplace)
+        assert np.array_equal(bits(inplace), bits(alone))
+
+    for threads in (1, 2):
+        _with_threads(threads, run)
+
+
 # ---------------------------------------------------------------------------
 # memory: O(rows) extra, nothing full-size besides the result
 # ---------------------------------------------------------------------------

@@ -55,7 +55,6 @@ from ._loss_checks import (
     check_class_targets,
     check_class_weight,
     check_fraction,
-    check_float_dtype,
     check_ignore_index,
     check_nonnegative,
     check_reduction,
@@ -181,13 +180,8 @@ def check(fn, input, linear_weight, target, *, linear_bias=None, weight=None,
         target = np.asarray(target)
         linear_bias = None if linear_bias is None else np.asarray(linear_bias)
         weight = None if weight is None else np.asarray(weight)
-    dt = dtype_of(input)
-    check_float_dtype(fn, "input", dt)
-    _check_type(
-        dt in dtypes.SUPPORTED,
-        lambda: f"{fn}: input has dtype {dt}; expected float32, bfloat16, "
-        "float16 or float64",
-    )
+    # the GEMMs need a float input: no integer promotion here
+    dt = dtypes.check_supported(dtype_of(input), fn, "input")
     _check_value(
         len(input.shape) == 2,
         lambda: f"{fn}: input has shape {tuple(input.shape)}; expected (N, H)",
@@ -725,18 +719,17 @@ class _GradAcc:
         self.gx = ops.empty((p.n, p.h), p.cdt)
         self.gw = ops.empty((p.v, p.h), p.cdt)
         self.gb = None if p.b is None else ops.empty((p.v,), p.cdt)
-        self.cols_done: set[int] = set()
-        self.rows_done: set[int] = set()
 
     def add(self, g, xr, wc, r0, r1, c0, c1):
+        """Add chunk ``(r0:r1, c0:c1)``. :func:`_chunks` walks token rows
+        outside and classes inside, so a row block meets its first chunk at
+        ``c0 == 0`` and a class block at ``r0 == 0``: those write, the rest
+        accumulate."""
         ops = self.ops
-        ops.acc_gx(self.gx[r0:r1], g, wc, r0 not in self.rows_done)
-        first_c = c0 not in self.cols_done
-        ops.acc_gw(self.gw[c0:c1], g, xr, first_c)
+        ops.acc_gx(self.gx[r0:r1], g, wc, c0 == 0)
+        ops.acc_gw(self.gw[c0:c1], g, xr, r0 == 0)
         if self.gb is not None:
-            ops.acc_gb(self.gb[c0:c1], g, first_c)
-        self.rows_done.add(r0)
-        self.cols_done.add(c0)
+            ops.acc_gb(self.gb[c0:c1], g, r0 == 0)
 
     def finish(self):
         if self.p.n == 0:  # no chunk ran: the gradients are zero

@@ -139,13 +139,14 @@ def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
 
     Row by row, the statistics pass (read from memory, an exp per element)
     is compute-bound and the write pass memory-bound, and the forward took
-    the sum of the two: 4096x32000 float32 on 2 threads, first pass alone
-    23.7 ms, copy of the same bytes 23.5 ms, forward 46.1 ms
-    (``benchmarks/vocab_limits.py``; interleaving whole 4096-element chunks
-    of the two passes gained nothing: 44.1 ms). Here every exp vector of
-    row ``r`` is followed by one store of row ``r - 1``: 43.8 -> 41.7 ms
-    float32 and 29.5 -> 25.7 ms bfloat16 (4096x32000, 2 threads): the
-    stores still do not hide under the exponentials on this machine. Each row's
+    about the sum of the two (``benchmarks/vocab_limits.py``, 4096x32000
+    float32, 2 threads: first pass alone 23.7 ms, a copy of the same bytes
+    23.5 ms, the row-by-row forward 43.6-46.1 ms across runs; interleaving
+    whole 4096-element chunks of the two passes gained nothing, 44.1 ms).
+    Here every exp vector of row ``r`` is followed by one store of row
+    ``r - 1``; measured against the row-by-row kernel in back-to-back runs:
+    43.8 -> 41.7 ms float32, 29.5 -> 25.7 ms bfloat16. The stores still do
+    not hide entirely under the exponentials on this machine. Each row's
     arithmetic is the row-by-row loop's, so the bits are the same; in
     place, row ``r - 1`` is written after its own statistics pass and while
     row ``r`` (other memory) is read."""
@@ -155,7 +156,7 @@ def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
     for r in range(r0 + 1, r1):
         xs = view(xb, row_offset(g, 0, r), n)
         prev = view(ob, row_offset(g, 1, r - 1), n)
-        mp, lg = m, row_log(s)
+        mp, lg, inv = m, row_log(s), 1.0 / s
         mp32, lp32 = np.float32(mp), np.float32(lg)
         first = True
         for c0 in range(0, n, CHUNK):
@@ -163,7 +164,7 @@ def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
             mc = np.float64(chunk_max(xs, c0, cl))
             if mc == -np.inf:  # rare: chunk_stats' rules, then the writes
                 mc, sc = chunk_stats(xs, c0, cl, accurate)
-                write_forward(xp, prev, c0, cl, op, accurate, mp, lg, 1.0 / s)
+                write_forward(xp, prev, c0, cl, op, accurate, mp, lg, inv)
             else:
                 sc = sum32_writing(xs, c0, cl, np.float32(mc), xp, prev, mp32, lp32)
             if first:
