@@ -32,6 +32,8 @@ from ._vec import (
     join_f32,
     lane,
     lo_f64,
+    prefetch,
+    prefetch_w,
     splat,
     vfma,
     vload,
@@ -59,12 +61,31 @@ def tile_width(n, ni):
     not depend on it). Wide tiles win: each tile row is ``J`` contiguous
     elements on its own page, and at 64 columns (256 B per row, 12.5 KiB
     apart in NCHW 56x56) the forward ran at 5.7 cycles/element against
-    ~2.5 at 512-1024; a chunk of the tile (``min(n, CHUNK) x J`` float32)
-    stays within ~1 MiB of L2 between the passes."""
+    ~2.5 at 512-1024 (AMD Zen 4). Up to 2**20 elements per tile chunk (4
+    MiB of float32, twice an L2 here): on the Intel Xeon (2 MiB L2), one
+    thread, float32 axis 0 with 8192 columns, against the earlier 2**18
+    (tiles of 1 MiB): 1000 rows 1.38 -> 1.18-1.20 ns/element (J 256 ->
+    1024), 2000 rows 2.29 -> 1.6, 4096 rows 2.81 -> 1.82; a narrower
+    2**17 was slower still (1.9-2.1 at 1000 rows)."""
     rows = min(n, CHUNK)
-    j = max(4 * W, min(1024, (1 << 18) // rows // W * W))
+    j = max(4 * W, min(1024, (1 << 20) // rows // W * W))
     return min(j, -(-ni // W) * W)
 
+#: chunks of up to this many rows sum lane-major (a lane's running sum in a
+#: register, W columns at a time); longer ones row-major through a
+#: ``lanes x J`` scratch. Measured one thread (``/tmp``-free:
+#: benchmarks/columns_sums.py): NCHW 64 channels 1.00 -> 0.83-0.90
+#: ns/element lane-major, but 1000x8192 axis 0 1.53 -> 2.53 (a lane's
+#: elements 16 rows apart: one page each)
+LANE_MAJOR_ROWS = 256
+#: tile rows ahead that the max pass prefetches (reads) and the write pass
+#: claims (prefetchw): each tile row is its own short run of lines on its
+#: own page, too short for the hardware prefetcher to pick up. Only for
+#: tiles of up to ``_AHEAD_COLS`` columns: one thread, 1000x8192 axis 0
+#: (J = 256) 1.65 -> 1.38 ns/element, but NCHW 64x112x112 (J = 1024, rows
+#: of 4 KiB that the hardware does prefetch) 0.83 -> 0.91
+_AHEAD = 4
+_AHEAD_COLS = 256
 _NINF = np.float32(-np.inf)
 _ZERO = np.float32(0.0)
 _LSM = Op.LOG_SOFTMAX
@@ -123,13 +144,65 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
     """Per-column chunk stats ``(mc, sc)`` of ``cl`` rows from ``xb[p]`` (row
     step ``sn``): :func:`.segment.chunk_stats` on every column."""
     wide_vectors()
-    nv = (jn + W - 1) // W
     for j in range(0, jn, W):  # row by row: the tile streams through memory
         vstore(mc, j, vload_n(xb, p + j, jn - j, _NINF))
     for k in range(1, cl):
         q = p + k * sn
+        if jn <= _AHEAD_COLS:
+            for j in range(0, jn, W):
+                prefetch(xb, q + _AHEAD * sn + j)
         for j in range(0, jn, W):
             vstore(mc, j, vmax_x86(vload(mc, j), vload_n(xb, q + j, jn - j, _NINF)))
+    if cl <= LANE_MAJOR_ROWS:
+        _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc)
+    else:
+        _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J)
+
+
+@njit(inline="always", error_model="numpy")
+def _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc):
+    """The sums of short columns: ``W`` columns at a time, one lane at a
+    time, the lane's running sum in a register; the lanes then go to the
+    tree from a ``lanes x W`` scratch (L1)."""
+    if accurate:
+        used = min(cl, LANES64)
+        for j in range(0, jn, W):
+            m = vload(mc, j)
+            m64l = lo_f64(m)
+            m64h = hi_f64(m)
+            for lane_ in range(used):
+                al = splat(0.0)
+                ah = al
+                for k in range(lane_, cl, LANES64):
+                    x = vload_n(xb, p + k * sn + j, jn - j, _NINF)
+                    al = al + exp_f64(lo_f64(x) - m64l)
+                    ah = ah + exp_f64(hi_f64(x) - m64h)
+                vstore(acc64, lane_ * W, al)
+                vstore(acc64, lane_ * W + W // 2, ah)
+            _lane_tree(acc64, used, 2, W // 2, W, LANES64)
+            for i in range(min(W, jn - j)):
+                sc[j + i] = acc64[i]
+    else:
+        used = min(cl, LANES32)
+        for j in range(0, jn, W):
+            m = vload(mc, j)
+            for lane_ in range(used):
+                a = splat(_ZERO)
+                for k in range(lane_, cl, LANES32):
+                    x = vload_n(xb, p + k * sn + j, jn - j, _NINF)
+                    a = a + exp_f32_sum(x - m)  # the terms of .segment._sum32
+                vstore(acc32, lane_ * W, a)
+            _lane_tree(acc32, used, 1, W, W, LANES32)
+            for i in range(min(W, jn - j)):
+                sc[j + i] = np.float64(acc32[i])
+
+
+@njit(inline="always", error_model="numpy")
+def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
+    """The sums of long columns: row by row (each row of the tile is ``J``
+    contiguous elements on one page), every lane of every column in a
+    ``lanes x J`` scratch."""
+    nv = (jn + W - 1) // W
     if accurate:
         for lane_ in range(min(cl, LANES64)):  # lanes with no element hold 0
             for v in range(2 * nv):
@@ -140,11 +213,9 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
                 j = v * W
                 x = vload_n(xb, p + k * sn + j, jn - j, _NINF)
                 m = vload(mc, j)
-                m64l = lo_f64(m)
-                m64h = hi_f64(m)
                 a = q + j
-                vstore(acc64, a, vload(acc64, a) + exp_f64(lo_f64(x) - m64l))
-                vstore(acc64, a + W // 2, vload(acc64, a + W // 2) + exp_f64(hi_f64(x) - m64h))
+                vstore(acc64, a, vload(acc64, a) + exp_f64(lo_f64(x) - lo_f64(m)))
+                vstore(acc64, a + W // 2, vload(acc64, a + W // 2) + exp_f64(hi_f64(x) - hi_f64(m)))
         _lane_tree(acc64, min(cl, LANES64), 2 * nv, W // 2, J, LANES64)
         for j in range(jn):
             sc[j] = acc64[j]
@@ -274,6 +345,9 @@ def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la,
     for k in range(cl):
         px = p + k * sn
         po = q + k * qsn
+        if jn <= _AHEAD_COLS:
+            for j in range(0, jn, W):
+                prefetch_w(ob, po + _AHEAD * qsn + j)
         for j in range(0, jn, W):
             x = vload_n(xb, px + j, jn - j, _ZERO)
             if accurate:
@@ -310,6 +384,27 @@ def _tile_grad_sum(db, pd, dsn, yb, py, ysn, cl, jn, op, acc64, sc, J):
     :data:`.segment.GRAD_LANES` float64 lanes (:func:`.segment.chunk_grad_sum`
     per column)."""
     wide_vectors()
+    if cl <= LANE_MAJOR_ROWS:  # (as _tile_sums_lane_major)
+        used = min(cl, GRAD_LANES)
+        for j in range(0, jn, W):
+            for lane_ in range(used):
+                lo = splat(0.0)
+                hi = lo
+                for k in range(lane_, cl, GRAD_LANES):
+                    d = vload_n(db, pd + k * dsn + j, jn - j, _ZERO)
+                    if op == _LSM:
+                        lo = lo + lo_f64(d)
+                        hi = hi + hi_f64(d)
+                    else:
+                        y = vload_n(yb, py + k * ysn + j, jn - j, _ZERO)
+                        lo = lo + lo_f64(d) * lo_f64(y)
+                        hi = hi + hi_f64(d) * hi_f64(y)
+                vstore(acc64, lane_ * W, lo)
+                vstore(acc64, lane_ * W + W // 2, hi)
+            _lane_tree(acc64, used, 2, W // 2, W, GRAD_LANES)
+            for i in range(min(W, jn - j)):
+                sc[j + i] = acc64[i]
+        return
     nv = (jn + W - 1) // W
     for lane_ in range(min(cl, GRAD_LANES)):
         for v in range(2 * nv):
@@ -340,6 +435,9 @@ def _tile_grad_write(db, pd, dsn, yb, py, ysn, ob, q, qsn, cl, jn, op, accurate,
     :func:`.segment.write_backward`)."""
     wide_vectors()
     for k in range(cl):
+        if jn <= _AHEAD_COLS:  # (as _tile_write)
+            for j in range(0, jn, W):
+                prefetch_w(ob, q + (k + _AHEAD) * qsn + j)
         for j in range(0, jn, W):
             d = vload_n(db, pd + k * dsn + j, jn - j, _ZERO)
             y = vload_n(yb, py + k * ysn + j, jn - j, _ZERO)
