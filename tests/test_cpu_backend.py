@@ -249,6 +249,46 @@ def test_thread_count_and_row_split_deterministic(shape):
     assert np.array_equal(bits(one[3]), bits(lse_many))
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16, F16], ids=dtypes.name_of)
+def test_streaming_stores_same_bits(dtype):
+    """Outputs of >= ``rows.STREAM_BYTES`` per task go out by streaming
+    stores (aligned body, ordinary head and tail): the same bits as the
+    ordinary stores of smaller calls, at every alignment of ``out``, in
+    place, forward and backward, softmax too."""
+    from logsoftmax.backends.cpu import rows
+
+    n = 32_771  # rows of an odd length: every row starts at another alignment
+    r = -(-rows.STREAM_BYTES // (n * np.dtype(dtype).itemsize)) + 3
+    rng = np.random.default_rng(16)
+    x = (rng.standard_normal((r, n)) * 3).astype(dtype)
+    dd = rng.standard_normal((r, n)).astype(dtype)
+    dt = np.dtype(dtype)
+
+    def blocks(fn, *a):  # small calls: ordinary stores
+        return np.concatenate([fn(*(v[i : i + 16] for v in a)) for i in range(0, r, 16)])
+
+    def run():
+        y = blocks(lambda v: _fwd("log_softmax", v, 1), x)
+        sm = blocks(lambda v: _fwd("softmax", v, 1), x)
+        g = blocks(lambda d, v: CPU.log_softmax_backward(d, v, 1, None, dt), dd, y)
+        gs = blocks(lambda d, v: CPU.softmax_backward(d, v, 1, None, dt), dd, sm)
+        buf = np.empty(x.size + 64, dtype)
+        for shift in (0, 1, 5):
+            o = buf[shift : shift + x.size].reshape(x.shape)
+            _fwd("log_softmax", x, 1, o)
+            assert np.array_equal(bits(o), bits(y)), shift
+            CPU.log_softmax_backward(dd, y, 1, o, dt)
+            assert np.array_equal(bits(o), bits(g)), shift
+            CPU.softmax_backward(dd, sm, 1, o, dt)
+            assert np.array_equal(bits(o), bits(gs)), shift
+        xi, di = x.copy(), dd.copy()
+        _fwd("log_softmax", xi, 1, xi)
+        CPU.log_softmax_backward(di, y, 1, di, dt)
+        assert np.array_equal(bits(xi), bits(y)) and np.array_equal(bits(di), bits(g))
+
+    _with_threads(1, run)
+
+
 @pytest.mark.parametrize("dtype", [F32, F64], ids=dtypes.name_of)
 def test_split_row_in_place_bit_identical(dtype):
     """A long row split over threads gives the same bits in place as out of

@@ -29,6 +29,7 @@ the row.
 from __future__ import annotations
 
 import operator
+import platform
 
 from llvmlite import ir
 from numba.core import types
@@ -45,6 +46,9 @@ __all__ = [
     "lanes_below",
     "vstore",
     "vstore_part",
+    "vstore_nt",
+    "sfence",
+    "address",
     "prefetch",
     "prefetch_w",
     "splat",
@@ -345,6 +349,79 @@ def vstore(typingctx, buf, idx, v):
         return context.get_dummy_value()
 
     return types.none(buf, idx, v), codegen
+
+
+@intrinsic
+def vstore_nt(typingctx, buf, idx, v):
+    """:func:`vstore` as a non-temporal (streaming) store: the line goes to
+    memory without being read first and without filling the cache. The
+    address of ``buf[idx]`` must be aligned to the stored vector's size (64
+    bytes for 16 float32, 32 for 16 16-bit values): callers peel to it."""
+    _check_store(buf, idx, v)
+    dtype = buf.dtype
+
+    def codegen(context, builder, sig, args):
+        ptr = _ptr(context, builder, sig.args[0], args[0], args[1])
+        raw = _narrow(builder, args[2], dtype)
+        size = raw.type.count * dtype.bitwidth // 8
+        st = builder.store(raw, builder.bitcast(ptr, raw.type.as_pointer()), align=size)
+        st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(_I32, 1)]))
+        return context.get_dummy_value()
+
+    return types.none(buf, idx, v), codegen
+
+
+@intrinsic
+def vstore_nt(typingctx, buf, idx, v):
+    """:func:`vstore` as a non-temporal (streaming) store: the line goes to
+    memory without first being read into the cache (no read-for-ownership)
+    and without filling it. The address of ``buf[idx]`` must be aligned to
+    the stored vector's size (64 bytes for 16 float32, 32 for 16 16-bit
+    values; callers peel to it), and a kernel that streams ends with
+    :func:`sfence`."""
+    _check_store(buf, idx, v)
+    dtype = buf.dtype
+
+    def codegen(context, builder, sig, args):
+        ptr = _ptr(context, builder, sig.args[0], args[0], args[1])
+        raw = _narrow(builder, args[2], dtype)
+        size = raw.type.count * dtype.bitwidth // 8
+        st = builder.store(raw, builder.bitcast(ptr, raw.type.as_pointer()), align=size)
+        st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(_I32, 1)]))
+        return context.get_dummy_value()
+
+    return types.none(buf, idx, v), codegen
+
+
+_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+
+
+@intrinsic
+def sfence(typingctx):
+    """Order every earlier streaming store before any later store
+    (``sfence``; a sequentially consistent fence off x86)."""
+
+    def codegen(context, builder, sig, args):
+        if _X86:
+            fn = _declare(builder, "llvm.x86.sse.sfence", ir.FunctionType(ir.VoidType(), []))
+            builder.call(fn, [])
+        else:
+            builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
+@intrinsic
+def address(typingctx, buf, idx):
+    """The address of ``buf[idx]`` as an integer (for alignment)."""
+    _check_buf(buf, idx)
+
+    def codegen(context, builder, sig, args):
+        ptr = _ptr(context, builder, sig.args[0], args[0], args[1])
+        return builder.ptrtoint(ptr, ir.IntType(64))
+
+    return types.int64(buf, idx), codegen
 
 
 def _prefetch_intrinsic(rw):

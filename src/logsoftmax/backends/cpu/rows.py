@@ -23,7 +23,7 @@ from numba import njit, prange
 
 from ._math import log_f64
 from ._simd import view, wide_vectors
-from ._vec import W, lane, vload_n, vload_part, vstore_n
+from ._vec import W, lane, sfence, vload_n, vload_part, vstore_n
 from .. import Op
 from .segment import (
     CHUNK,
@@ -33,8 +33,10 @@ from .segment import (
     chunk_sum_at,
     merge,
     row_log,
+    stream_head,
     sum32_writing,
     write_backward,
+    write_backward_streaming,
     write_forward,
 )
 
@@ -54,6 +56,10 @@ __all__ = [
     "row_stats",
 ]
 
+
+#: outputs of at least this many bytes per task are written by streaming
+#: stores (:func:`.segment.sum32_writing`); smaller ones stay in cache
+STREAM_BYTES = 1 << 25
 
 @njit(inline="always", error_model="numpy")
 def row_offset(g, op, r):
@@ -151,11 +157,16 @@ def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
     place, row ``r - 1`` is written after its own statistics pass and while
     row ``r`` (other memory) is read."""
     n = g[2]
+    # streaming stores only for outputs far bigger than a cache: they send
+    # every line to memory, and a result that fits in L2/L3 is better left
+    # there for whoever reads it next
+    stream = (r1 - r0) * n * ob.itemsize >= STREAM_BYTES
     xp = view(xb, row_offset(g, 0, r0), n)
     m, s = row_stats(xp, n, accurate)
     for r in range(r0 + 1, r1):
         xs = view(xb, row_offset(g, 0, r), n)
         prev = view(ob, row_offset(g, 1, r - 1), n)
+        head = stream_head(prev, 0) if stream else -1
         mp, lg, inv = m, row_log(s), 1.0 / s
         mp32, lp32 = np.float32(mp), np.float32(lg)
         first = True
@@ -166,7 +177,7 @@ def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
                 mc, sc = chunk_stats(xs, c0, cl, accurate)
                 write_forward(xp, prev, c0, cl, op, accurate, mp, lg, inv)
             else:
-                sc = sum32_writing(xs, c0, cl, np.float32(mc), xp, prev, mp32, lp32)
+                sc = sum32_writing(xs, c0, cl, np.float32(mc), xp, prev, mp32, lp32, head)
             if first:
                 m, s, first = mc, sc, False
             else:
@@ -174,6 +185,8 @@ def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
         xp = xs
     os = view(ob, row_offset(g, 1, r1 - 1), n)
     write_forward(xp, os, 0, n, op, accurate, m, row_log(s), 1.0 / s)
+    if stream:
+        sfence()  # the streamed lines are ordered before whatever follows
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -214,11 +227,35 @@ def row_grad_sum(ds, ys, n, op):
     return s
 
 
+@njit(inline="always", error_model="numpy")
+def _backward_streaming(db, yb, ob, g, op, r0, r1):
+    """:func:`backward_range` of long unit-stride rows, fast path, whose
+    output is written by streaming stores (``segment.write_backward_streaming``;
+    the same values). In place (``ob`` is ``db`` or ``yb``) too: each vector
+    is read before its own line is written."""
+    n = g[2]
+    for r in range(r0, r1):
+        ds = view(db, row_offset(g, 0, r), n)
+        ys = view(yb, row_offset(g, 1, r), n)
+        os = view(ob, row_offset(g, 2, r), n)
+        s = row_grad_sum(ds, ys, n, op)
+        head = stream_head(os, 0)
+        if head < 0:
+            write_backward(ds, ys, os, 0, n, op, False, s)
+        else:
+            write_backward_streaming(ds, ys, os, n, op, s, head)
+    sfence()
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def backward_range(db, yb, ob, g, op, accurate, r0, r1):
     """Backward on rows ``[r0, r1)``; ``ob`` may be the memory of ``db`` or
     ``yb`` with the same geometry (in place, as :func:`forward_range`)."""
     n = g[2]
+    if (n > CHUNK and not accurate and (r1 - r0) * n * ob.itemsize >= STREAM_BYTES
+            and row_step(g, 0) == 1 and row_step(g, 1) == 1 and row_step(g, 2) == 1):
+        _backward_streaming(db, yb, ob, g, op, r0, r1)
+        return
     dst_ = stage_for(db, n, row_step(g, 0) != 1)
     yst = stage_for(yb, n, row_step(g, 1) != 1)
     ost = stage_for(ob, n, row_step(g, 2) != 1)
