@@ -249,23 +249,25 @@ def test_thread_count_and_row_split_deterministic(shape):
     assert np.array_equal(bits(one[3]), bits(lse_many))
 
 
+@pytest.mark.parametrize("n", [32_771, 300, 100])
 @pytest.mark.parametrize("dtype", [F32, BF16, F16], ids=dtypes.name_of)
-def test_streaming_stores_same_bits(dtype):
-    """Outputs of >= ``rows.STREAM_BYTES`` per task go out by streaming
-    stores (aligned body, ordinary head and tail): the same bits as the
-    ordinary stores of smaller calls, at every alignment of ``out``, in
-    place, forward and backward, softmax too."""
+def test_streaming_stores_same_bits(dtype, n):
+    """Outputs of >= ``rows.STREAM_BYTES`` go out by streaming stores
+    (aligned body, ordinary head and tail; short rows only when they start
+    on a line): the same bits as the ordinary stores of smaller calls, at
+    every alignment of ``out``, in place, forward and backward, softmax
+    too. Rows of odd lengths start at every alignment."""
     from logsoftmax.backends.cpu import rows
 
-    n = 32_771  # rows of an odd length: every row starts at another alignment
     r = -(-rows.STREAM_BYTES // (n * np.dtype(dtype).itemsize)) + 3
+    step = max(16, r // 64)
     rng = np.random.default_rng(16)
     x = (rng.standard_normal((r, n)) * 3).astype(dtype)
     dd = rng.standard_normal((r, n)).astype(dtype)
     dt = np.dtype(dtype)
 
     def blocks(fn, *a):  # small calls: ordinary stores
-        return np.concatenate([fn(*(v[i : i + 16] for v in a)) for i in range(0, r, 16)])
+        return np.concatenate([fn(*(v[i : i + step] for v in a)) for i in range(0, r, step)])
 
     def run():
         y = blocks(lambda v: _fwd("log_softmax", v, 1), x)
@@ -287,6 +289,29 @@ def test_streaming_stores_same_bits(dtype):
         assert np.array_equal(bits(xi), bits(y)) and np.array_equal(bits(di), bits(g))
 
     _with_threads(1, run)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=dtypes.name_of)
+def test_streaming_column_stores_same_bits(dtype):
+    """The column kernel streams big outputs too (each tile row from its
+    first 64-byte boundary): the same bits as small calls on slices."""
+    from logsoftmax.backends.cpu import rows
+
+    c, w = 64, 1000  # NCHW-like: axis 1, inner 1000 columns (tiles of 1000)
+    outer = -(-rows.STREAM_BYTES // (c * w * np.dtype(dtype).itemsize)) + 1
+    x = (np.random.default_rng(17).standard_normal((outer, c, w)) * 3).astype(dtype)
+    ref = np.concatenate([_fwd("log_softmax", x[i : i + 1], 1) for i in range(outer)])
+    sm = np.concatenate([_fwd("softmax", x[i : i + 1], 1) for i in range(outer)])
+    buf = np.empty(x.size + 64, dtype)
+    for shift in (0, 3):
+        o = buf[shift : shift + x.size].reshape(x.shape)
+        _fwd("log_softmax", x, 1, o)
+        assert np.array_equal(bits(o), bits(ref)), shift
+        _fwd("softmax", x, 1, o)
+        assert np.array_equal(bits(o), bits(sm)), shift
+    xi = x.copy()
+    _fwd("log_softmax", xi, 1, xi)
+    assert np.array_equal(bits(xi), bits(ref))
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=dtypes.name_of)

@@ -34,6 +34,7 @@ from ._vec import (
     lo_f64,
     prefetch,
     prefetch_w,
+    sfence,
     splat,
     vfma,
     vload,
@@ -41,9 +42,10 @@ from ._vec import (
     vload_part,
     vstore,
     vstore_n,
+    vstore_nt,
 )
-from .rows import stage_for
-from .segment import CHUNK, GRAD_LANES, LANES32, LANES64, vmax_x86
+from .rows import stage_for, streams
+from .segment import CHUNK, GRAD_LANES, LANES32, LANES64, stream_head, vmax_x86
 
 __all__ = [
     "tile_width",
@@ -304,7 +306,8 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     ni = g[3]
     ntile = (ni + J - 1) // J
     ccl = min(n, CHUNK)
-    f32s = np.empty((LANES32 + 4) * J, np.float32)  # two allocations only
+    # two allocations only (+ W: a shifted last vector may read past J)
+    f32s = np.empty((LANES32 + 4) * J, np.float32)
     f64s = np.empty((LANES64 + 5) * J)
     acc32 = f32s[: LANES32 * J]
     mc, ma, la, ia = _rows4(f32s, LANES32, J)
@@ -313,6 +316,8 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     inv = f64s[(LANES64 + 4) * J :]
     xst = stage_for(xb, ccl * J, g[8] != 1)
     ost = stage_for(ob, ccl * J, g[13] != 1)
+    # tile rows of at least 1 KiB (short ones would be mostly partial lines)
+    stream = streams(ob, g) and J * ob.itemsize >= 1024
     for t in range(t0, t1):
         xbase, xsn, xsi = _tile_geom(g, 0, t, ntile, J)
         obase, osn, osi = _tile_geom(g, 1, t, ntile, J)
@@ -333,41 +338,69 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
                 ot, q, qsn = ob, obase + c0 * osn, osn
             else:
                 ot, q, qsn = ost, 0, J
-            _tile_write(buf, p, sn, ot, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la, ia)
+            _tile_write(buf, p, sn, ot, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la, ia,
+                        stream and osi == 1)
             if osi != 1:
                 _stage_out(ost, ob, obase, osn, osi, c0, cl, jn, J)
+    if stream:
+        sfence()
+
+
+@njit(inline="always", error_model="numpy")
+def _tile_y(x, a0, a1, b0, b1, c, d, op, accurate):
+    """Pass 2 on the vector ``x`` of a tile row (per column as
+    :func:`.segment.write_forward`) from the column statistics loaded by the
+    caller: float64 ``a0, a1 = m``, ``b0, b1 = log s`` or ``1/s`` (accurate),
+    float32 ``c = m``, ``d = log s`` or ``1/s``. (Vectors, not the arrays:
+    an inlined helper taking six arrays made the kernel 5x slower when
+    called from Python -- reference counts per vector.)"""
+    if accurate:
+        if op == _LSM:
+            return join_f32((lo_f64(x) - a0) - b0, (hi_f64(x) - a1) - b1)
+        return join_f32(exp_f64(lo_f64(x) - a0) * b0, exp_f64(hi_f64(x) - a1) * b1)
+    if op == _LSM:
+        return (x - c) - d
+    return exp_f32(x - c) * d
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la, ia):
-    """Pass 2 on a chunk of a tile (:func:`.segment.write_forward` per column)."""
+def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la, ia, stream):
+    """Pass 2 on a chunk of a tile (:func:`.segment.write_forward` per
+    column); ``stream``: each output row by streaming stores from its first
+    64-byte boundary (ordinary ones before it and for its last partial
+    vector; :func:`.segment.stream_head`)."""
     wide_vectors()
+    b = lg if op == _LSM else inv  # the second statistic, per precision
+    d = la if op == _LSM else ia
     for k in range(cl):
         px = p + k * sn
         po = q + k * qsn
-        if jn <= _AHEAD_COLS:
-            for j in range(0, jn, W):
-                prefetch_w(ob, po + _AHEAD * qsn + j)
-        for j in range(0, jn, W):
-            x = vload_n(xb, px + j, jn - j, _ZERO)
-            if accurate:
-                ml = vload(m, j)
-                mh = vload(m, j + W // 2)
-                if op == _LSM:
-                    y = join_f32(
-                        (lo_f64(x) - ml) - vload(lg, j),
-                        (hi_f64(x) - mh) - vload(lg, j + W // 2),
-                    )
-                else:
-                    y = join_f32(
-                        exp_f64(lo_f64(x) - ml) * vload(inv, j),
-                        exp_f64(hi_f64(x) - mh) * vload(inv, j + W // 2),
-                    )
-            elif op == _LSM:
-                y = (x - vload(ma, j)) - vload(la, j)
-            else:
-                y = exp_f32(x - vload(ma, j)) * vload(ia, j)
+        head = stream_head(ob, po) if stream else -1
+        if head < 0:
+            if jn <= _AHEAD_COLS:
+                for j in range(0, jn, W):
+                    prefetch_w(ob, po + _AHEAD * qsn + j)
+            j = 0
+            end = 0
+        else:
+            j = min(head, jn)
+            end = j
+            while end + W <= jn:
+                end += W
+            for i in range(0, j, W):  # the ordinary head
+                y = _tile_y(vload_n(xb, px + i, j - i, _ZERO), vload(m, i), vload(m, i + W // 2),
+                            vload(b, i), vload(b, i + W // 2), vload(ma, i), vload(d, i), op, accurate)
+                vstore_n(ob, po + i, y, j - i)
+            while j < end:
+                y = _tile_y(vload(xb, px + j), vload(m, j), vload(m, j + W // 2),
+                            vload(b, j), vload(b, j + W // 2), vload(ma, j), vload(d, j), op, accurate)
+                vstore_nt(ob, po + j, y)
+                j += W
+        while j < jn:
+            y = _tile_y(vload_n(xb, px + j, jn - j, _ZERO), vload(m, j), vload(m, j + W // 2),
+                        vload(b, j), vload(b, j + W // 2), vload(ma, j), vload(d, j), op, accurate)
             vstore_n(ob, po + j, y, jn - j)
+            j += W
 
 
 @njit(cache=True, nogil=True, parallel=True, error_model="numpy")

@@ -57,9 +57,41 @@ __all__ = [
 ]
 
 
-#: outputs of at least this many bytes per task are written by streaming
-#: stores (:func:`.segment.sum32_writing`); smaller ones stay in cache
-STREAM_BYTES = 1 << 25
+#: outputs of at least this many bytes are written by streaming stores
+#: (:func:`.segment.sum32_writing`, :func:`.segment.write_forward`); smaller
+#: ones stay in cache. Measured (Intel Xeon, 2 threads, ``out=`` reused, so
+#: a cache-sized output is still cached from the call before): 32768x128
+#: float32 (16 MiB) 1.81 -> 2.27 ms streamed, 64x3x224x224 (37 MiB) even,
+#: 8x16x384x384 (72 MiB) 10.9 -> 8.6 ms, 1024x32000 (125 MiB) 10.6 -> 6.4
+STREAM_BYTES = 1 << 26
+#: see :func:`_row_head` (64x64x112x112 NHWC axis 1, rows of 256 B into a
+#: misaligned ``out=``: 31.2 -> 35.3 ms streamed; 8x16x384x384 axis 3, rows
+#: of 1536 B: 10.9 -> 8.6)
+STREAM_ROW_BYTES = 512
+
+@njit(inline="always", error_model="numpy")
+def streams(ob, g):
+    """Whether the call's output goes out by streaming stores: only outputs
+    far bigger than a cache, since they send every line to memory and a
+    result that fits in L2/L3 is better left there for whoever reads it
+    next."""
+    return g[0] * g[1] * g[2] * g[3] * ob.itemsize >= STREAM_BYTES
+
+
+@njit(inline="always", error_model="numpy")
+def _row_head(os, n, stream):
+    """:func:`.segment.stream_head` of a row ``os`` of a streamed output, or
+    -1 (ordinary stores): rows shorter than :data:`STREAM_ROW_BYTES` stream
+    only when they start on a line, since their partial first and last lines
+    (ordinary stores, each shared with the next row) would be a large part
+    of them."""
+    if not stream:
+        return -1
+    head = stream_head(os, 0)
+    if head != 0 and n * os.itemsize < STREAM_ROW_BYTES:
+        return -1
+    return head
+
 
 @njit(inline="always", error_model="numpy")
 def row_offset(g, op, r):
@@ -157,10 +189,7 @@ def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
     place, row ``r - 1`` is written after its own statistics pass and while
     row ``r`` (other memory) is read."""
     n = g[2]
-    # streaming stores only for outputs far bigger than a cache: they send
-    # every line to memory, and a result that fits in L2/L3 is better left
-    # there for whoever reads it next
-    stream = (r1 - r0) * n * ob.itemsize >= STREAM_BYTES
+    stream = streams(ob, g)
     xp = view(xb, row_offset(g, 0, r0), n)
     m, s = row_stats(xp, n, accurate)
     for r in range(r0 + 1, r1):
@@ -202,12 +231,15 @@ def forward_range(xb, ob, g, op, accurate, r0, r1):
         return
     xst = stage_for(xb, n, row_step(g, 0) != 1)
     ost = stage_for(ob, n, row_step(g, 1) != 1)
+    stream = streams(ob, g) and row_step(g, 1) == 1
     for r in range(r0, r1):
         xs = operand(xb, g, 0, r, n, xst)
         os = target(ob, g, 1, r, n, ost)
         m, s = row_stats(xs, n, accurate)
-        write_forward(xs, os, 0, n, op, accurate, m, row_log(s), 1.0 / s)
+        write_forward(xs, os, 0, n, op, accurate, m, row_log(s), 1.0 / s, _row_head(os, n, stream))
         flush(ob, g, 1, r, n, ost)
+    if stream:
+        sfence()
 
 
 @njit(cache=True, nogil=True, parallel=True, error_model="numpy")
@@ -252,7 +284,7 @@ def backward_range(db, yb, ob, g, op, accurate, r0, r1):
     """Backward on rows ``[r0, r1)``; ``ob`` may be the memory of ``db`` or
     ``yb`` with the same geometry (in place, as :func:`forward_range`)."""
     n = g[2]
-    if (n > CHUNK and not accurate and (r1 - r0) * n * ob.itemsize >= STREAM_BYTES
+    if (n > CHUNK and not accurate and streams(ob, g)
             and row_step(g, 0) == 1 and row_step(g, 1) == 1 and row_step(g, 2) == 1):
         _backward_streaming(db, yb, ob, g, op, r0, r1)
         return
@@ -332,6 +364,7 @@ def forward_short(xb, ob, g, op, accurate, r0, r1):
     of latency) overlap instead of running one after another."""
     wide_vectors()
     n = g[2]
+    stream = streams(ob, g)
     scratch = np.empty(5 * BATCH)  # one allocation: m, s, log s, 1/s, max
     m = scratch[:BATCH]
     s = scratch[BATCH : 2 * BATCH]
@@ -354,8 +387,10 @@ def forward_short(xb, ob, g, op, accurate, r0, r1):
         for i in range(nb):
             xs = view(xb, _at(g, 0, i1, i2), n)
             os = view(ob, _at(g, 1, i1, i2), n)
-            write_forward(xs, os, 0, n, op, accurate, m[i], lg[i], inv[i])
+            write_forward(xs, os, 0, n, op, accurate, m[i], lg[i], inv[i], _row_head(os, n, stream))
             i1, i2 = _next(g, i1, i2)
+    if stream:
+        sfence()
 
 
 @njit(cache=True, nogil=True, error_model="numpy")

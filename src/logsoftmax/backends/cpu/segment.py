@@ -356,51 +356,54 @@ def row_log(s):
 
 
 @njit(inline="always", error_model="numpy")
-def write_forward(xs, os, c0, cl, op, accurate, m, lg, inv):
+def _forward_vec(v, op, accurate, m, lg, inv, m32, l32, i32):
+    """Pass 2 on one vector of ``x`` (the arithmetic of :func:`write_forward`)."""
+    if accurate:
+        if op == _LSM:
+            return join_f32((lo_f64(v) - m) - lg, (hi_f64(v) - m) - lg)
+        return join_f32(exp_f64(lo_f64(v) - m) * inv, exp_f64(hi_f64(v) - m) * inv)
+    if op == _LSM:
+        return (v - m32) - l32
+    return exp_f32(v - m32) * i32
+
+
+@njit(inline="always", error_model="numpy")
+def write_forward(xs, os, c0, cl, op, accurate, m, lg, inv, head=-1):
     """Pass 2 on ``[c0, c0 + cl)``: ``os = (x - m) - lg`` (log_softmax) or
     ``exp(x - m) * inv`` (softmax); ``m``, ``lg = log(s)``, ``inv = 1/s``
     are float64. ``os`` may be ``xs`` (in place: each vector is read before
-    it is written)."""
+    it is written).
+
+    ``head >= 0`` (:func:`stream_head` of ``os[c0]``): streaming stores
+    from ``os[c0 + head]`` on, ordinary ones before it and for the last
+    partial vector (see :func:`sum32_writing`); the same values."""
     wide_vectors()
-    end = c0 + cl
-    if accurate:
-        if op == _LSM:
-            k = c0
-            while k < end:
-                v = vload_n(xs, k, end - k, _ZERO)
-                y = join_f32((lo_f64(v) - m) - lg, (hi_f64(v) - m) - lg)
-                vstore_n(os, k, y, end - k)
-                k += W
-        else:
-            k = c0
-            while k < end:
-                v = vload_n(xs, k, end - k, _ZERO)
-                y = join_f32(exp_f64(lo_f64(v) - m) * inv, exp_f64(hi_f64(v) - m) * inv)
-                vstore_n(os, k, y, end - k)
-                k += W
-        return
     m32 = np.float32(m)
-    if op == _LSM:
-        l32 = np.float32(lg)
-        k = c0
+    l32 = np.float32(lg)
+    i32 = np.float32(inv)
+    end = c0 + cl
+    k = c0
+    if head >= 0:
+        h = min(c0 + head, end)
+        while k < h:
+            v = vload_n(xs, k, h - k, _ZERO)
+            vstore_n(os, k, _forward_vec(v, op, accurate, m, lg, inv, m32, l32, i32), h - k)
+            k += W
+        k = h
+        while k + W <= end:
+            vstore_nt(os, k, _forward_vec(vload(xs, k), op, accurate, m, lg, inv, m32, l32, i32))
+            k += W
+    elif not accurate:
         while k + W <= end:
             # claim the output line ahead (prefetchw): 4096x32000 float32,
             # one thread, 104 -> 86-94 ms; a copy of the same bytes: 43 ms
             prefetch_w(os, k + 16 * W)
-            vstore(os, k, (vload(xs, k) - m32) - l32)
+            vstore(os, k, _forward_vec(vload(xs, k), op, accurate, m, lg, inv, m32, l32, i32))
             k += W
-        if k < end:
-            vstore_n(os, k, (vload_n(xs, k, end - k, _ZERO) - m32) - l32, end - k)
-    else:
-        i32 = np.float32(inv)
-        k = c0
-        while k + W <= end:
-            prefetch_w(os, k + 16 * W)
-            vstore(os, k, exp_f32(vload(xs, k) - m32) * i32)
-            k += W
-        if k < end:
-            v = vload_n(xs, k, end - k, _ZERO)
-            vstore_n(os, k, exp_f32(v - m32) * i32, end - k)
+    while k < end:
+        v = vload_n(xs, k, end - k, _ZERO)
+        vstore_n(os, k, _forward_vec(v, op, accurate, m, lg, inv, m32, l32, i32), end - k)
+        k += W
 
 
 @njit(inline="always", error_model="numpy")
