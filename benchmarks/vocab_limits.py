@@ -20,6 +20,12 @@ The compute floor for the big problem is then ``elements / threads *
 (in-cache ns per element)``; if it exceeds 80% of the copy's time budget
 the target cannot be met by overlapping memory and arithmetic better.
 
+A last table does the same for float32, bfloat16 and float16, forward
+and backward: a copy of the bytes each op must move (2 streams forward, 3
+backward) against the arithmetic alone (in L2, one thread); where the
+arithmetic alone exceeds 80% of the copy's speed, no overlap with memory
+can meet that target.
+
 Run: ``python benchmarks/vocab_limits.py [--repeat 9]`` (prints only).
 """
 
@@ -41,7 +47,7 @@ from logsoftmax.backends.cpu._simd import wide_vectors
 from logsoftmax.backends.cpu._vec import W, vload, vstore
 from logsoftmax.backends.cpu.rows import row_stats
 from logsoftmax.backends.cpu.segment import row_log, write_forward
-from logsoftmax.driver.perf import copy2, median_seconds
+from logsoftmax.driver.perf import add3, copy2, median_seconds
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import cpu_info  # noqa: E402
@@ -191,7 +197,52 @@ def main(argv=None) -> int:
         f"80% needs <= {base / 0.8 * 1e3:.1f} ms, i.e. <= "
         f"{base / 0.8 / per_thread * 1e9:.3f} ns per element and thread."
     )
+    sixteen_bit(a.repeat)
     return 0
+
+
+def sixteen_bit(repeat: int) -> None:
+    """The same bound for bfloat16/float16 (and float32) forward and
+    backward: the copy of the bytes each op must move at 2 threads against
+    the arithmetic alone (one thread, 4 rows of 32000 in L2, ns per
+    element, times the elements per thread)."""
+    import ml_dtypes
+
+    print(f"\n| {ROWS}x{COLS}, 2 threads | copy of its bytes (2 streams fwd, 3 bwd) | 80% budget | "
+          "in-cache ns/element (1 thread) | arithmetic alone | arithmetic / budget |")
+    print("|---|---:|---:|---:|---:|---:|")
+    rng = np.random.default_rng(3)
+    for name, dt in (("f32", np.float32), ("bf16", ml_dtypes.bfloat16), ("f16", np.float16)):
+        for direction in ("fwd", "bwd"):
+            numba.set_num_threads(2)
+            words = ROWS * COLS * np.dtype(dt).itemsize // 8  # one stream, as uint64
+            bufs = [np.full(words, 7, np.uint64) for _ in range(2 if direction == "fwd" else 3)]
+            if direction == "fwd":
+                copy_fn = lambda: copy2(bufs[0], bufs[1])  # noqa: E731
+            else:
+                copy_fn = lambda: add3(bufs[0], bufs[1], bufs[2])  # noqa: E731
+            copy_s = median_seconds({"c": copy_fn}, repeat)["c"]
+            del bufs
+            numba.set_num_threads(1)
+            x = (rng.standard_normal((4, COLS)) * 3).astype(dt)  # in L2
+            y = logsoftmax.log_softmax(x)
+            d = rng.standard_normal((4, COLS)).astype(dt)
+            o = np.empty_like(x)
+            calls = 200  # per sample: ~10 ms, far above the timer's resolution
+
+            def fn():
+                for _ in range(calls):
+                    if direction == "fwd":
+                        logsoftmax.log_softmax(x, out=o)
+                    else:
+                        logsoftmax.log_softmax_backward(d, y, out=o)
+
+            ns = median_seconds({"op": fn}, repeat)["op"] / calls / x.size * 1e9
+            arith = ROWS * COLS / 2 * ns * 1e-9
+            budget = copy_s / 0.8
+            print(f"| {name} {direction} | {copy_s * 1e3:.1f} ms | {budget * 1e3:.1f} ms | "
+                  f"{ns:.3f} | {arith * 1e3:.1f} ms | {arith / budget:.2f} |")
+    numba.set_num_threads(2)
 
 
 if __name__ == "__main__":
