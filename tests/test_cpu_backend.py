@@ -249,8 +249,9 @@ def test_thread_count_and_row_split_deterministic(shape):
     assert np.array_equal(bits(one[3]), bits(lse_many))
 
 
-@pytest.mark.parametrize("n", [32_771, 300, 100])
-@pytest.mark.parametrize("dtype", [F32, BF16, F16], ids=dtypes.name_of)
+@pytest.mark.parametrize(
+    "dtype, n", [(F32, 32_771), (F32, 300), (F32, 100), (BF16, 32_771), (F16, 300)]
+)
 def test_streaming_stores_same_bits(dtype, n):
     """Outputs of >= ``rows.STREAM_BYTES`` go out by streaming stores
     (aligned body, ordinary head and tail; short rows only when they start
@@ -748,3 +749,32 @@ def test_avx2_build_gives_the_same_bits(tmp_path):
         "NUMBA_CACHE_DIR": str(tmp_path),
     })
     assert native == avx2
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore/madvise: Linux")
+def test_fault_in_maps_every_page_and_keeps_the_data():
+    """``alloc.fault_in`` (run before a big output is streamed into) maps a
+    fresh buffer's pages in parallel slices and changes no byte; a buffer
+    whose first page is mapped is left alone."""
+    import ctypes
+    import mmap
+
+    from logsoftmax.backends.cpu import alloc
+
+    page, pages = mmap.PAGESIZE, 64
+    buf = mmap.mmap(-1, pages * page)
+    a = np.frombuffer(buf, np.uint8)
+    a[5 * page + 3] = 7  # one page touched (not the first)
+
+    def resident():
+        vec = ctypes.create_string_buffer(pages)
+        addr = a.ctypes.data
+        assert ctypes.CDLL(None).mincore(ctypes.c_void_p(addr), ctypes.c_size_t(pages * page), vec) == 0
+        return [b & 1 for b in vec.raw]
+
+    assert sum(resident()) < pages
+    alloc.fault_in(a[1:], 3)  # any start within the first page
+    assert all(resident())
+    assert a[5 * page + 3] == 7 and a.sum() == 7
+    del a
+    buf.close()

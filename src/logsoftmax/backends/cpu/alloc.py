@@ -37,7 +37,15 @@ import weakref
 
 import numpy as np
 
-__all__ = ["empty_like", "POOL_MIN", "pool_limit", "set_pool_limit", "clear_pool", "pooled_bytes"]
+__all__ = [
+    "empty_like",
+    "POOL_MIN",
+    "pool_limit",
+    "set_pool_limit",
+    "clear_pool",
+    "pooled_bytes",
+    "fault_in",
+]
 
 #: results of at least this many bytes come from the pool (smaller ones from
 #: numpy: a small np.empty costs ~0.2 us, a mapping ~10 us)
@@ -146,3 +154,47 @@ def empty_like(x: np.ndarray, dtype) -> np.ndarray:
     order = sorted(range(x.ndim), key=lambda a: (-abs(x.strides[a]), a))
     arranged = flat.reshape([x.shape[a] for a in order])
     return arranged.transpose(np.argsort(order))
+
+
+# ---------------------------------------------------------------------------
+# faulting a big output in before the kernel streams into it
+# ---------------------------------------------------------------------------
+_PAGE = mmap.PAGESIZE
+_MADV_POPULATE_WRITE = 23  # Linux 5.14+: fault a range in for writing, data kept
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _madvise, _mincore = _libc.madvise, _libc.mincore
+    _madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    _mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+except (OSError, AttributeError):  # not Linux
+    _madvise = _mincore = None
+
+
+def fault_in(a: np.ndarray, threads: int) -> None:
+    """Map every page of ``a`` for writing, in ``threads`` parallel slices,
+    if its first page is not mapped yet (a fresh pool buffer or ``np.empty``).
+
+    The kernels write big outputs by streaming stores, which are slow into a
+    page the kernel has just zeroed (its lines are in the cache and must be
+    written back first); the page faults themselves are then shared by the
+    threads, as when the kernel's own stores fault them in.
+    ``MADV_POPULATE_WRITE`` keeps the data (an in-place ``out`` is safe);
+    ctypes releases the GIL during the call.
+    """
+    if _madvise is None:
+        return
+    start = a.ctypes.data // _PAGE * _PAGE
+    end = -(-(a.ctypes.data + a.nbytes) // _PAGE) * _PAGE
+    resident = ctypes.create_string_buffer(1)
+    if _mincore(start, _PAGE, resident) != 0 or resident.raw[0] & 1:
+        return
+    pages = (end - start) // _PAGE
+    bounds = [start + pages * i // threads * _PAGE for i in range(threads + 1)]
+    parts = [
+        threading.Thread(target=_madvise, args=(lo, hi - lo, _MADV_POPULATE_WRITE))
+        for lo, hi in zip(bounds, bounds[1:])
+    ]
+    for t in parts:
+        t.start()
+    for t in parts:
+        t.join()
