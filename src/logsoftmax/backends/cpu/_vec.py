@@ -354,26 +354,6 @@ def vstore(typingctx, buf, idx, v):
 @intrinsic
 def vstore_nt(typingctx, buf, idx, v):
     """:func:`vstore` as a non-temporal (streaming) store: the line goes to
-    memory without being read first and without filling the cache. The
-    address of ``buf[idx]`` must be aligned to the stored vector's size (64
-    bytes for 16 float32, 32 for 16 16-bit values): callers peel to it."""
-    _check_store(buf, idx, v)
-    dtype = buf.dtype
-
-    def codegen(context, builder, sig, args):
-        ptr = _ptr(context, builder, sig.args[0], args[0], args[1])
-        raw = _narrow(builder, args[2], dtype)
-        size = raw.type.count * dtype.bitwidth // 8
-        st = builder.store(raw, builder.bitcast(ptr, raw.type.as_pointer()), align=size)
-        st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(_I32, 1)]))
-        return context.get_dummy_value()
-
-    return types.none(buf, idx, v), codegen
-
-
-@intrinsic
-def vstore_nt(typingctx, buf, idx, v):
-    """:func:`vstore` as a non-temporal (streaming) store: the line goes to
     memory without first being read into the cache (no read-for-ownership)
     and without filling it. The address of ``buf[idx]`` must be aligned to
     the stored vector's size (64 bytes for 16 float32, 32 for 16 16-bit

@@ -45,7 +45,15 @@ from ._vec import (
     vstore_nt,
 )
 from .rows import stage_for, streams
-from .segment import CHUNK, GRAD_LANES, LANES32, LANES64, stream_head, vmax_x86
+from .segment import (
+    CHUNK,
+    GRAD_LANES,
+    LANES32,
+    LANES64,
+    forward_vec,
+    stream_head,
+    vmax_x86,
+)
 
 __all__ = [
     "tile_width",
@@ -346,23 +354,6 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
         sfence()
 
 
-@njit(inline="always", error_model="numpy")
-def _tile_y(x, a0, a1, b0, b1, c, d, op, accurate):
-    """Pass 2 on the vector ``x`` of a tile row (per column as
-    :func:`.segment.write_forward`) from the column statistics loaded by the
-    caller: float64 ``a0, a1 = m``, ``b0, b1 = log s`` or ``1/s`` (accurate),
-    float32 ``c = m``, ``d = log s`` or ``1/s``. (Vectors, not the arrays:
-    an inlined helper taking six arrays made the kernel 5x slower when
-    called from Python -- reference counts per vector.)"""
-    if accurate:
-        if op == _LSM:
-            return join_f32((lo_f64(x) - a0) - b0, (hi_f64(x) - a1) - b1)
-        return join_f32(exp_f64(lo_f64(x) - a0) * b0, exp_f64(hi_f64(x) - a1) * b1)
-    if op == _LSM:
-        return (x - c) - d
-    return exp_f32(x - c) * d
-
-
 @njit(cache=True, nogil=True, error_model="numpy")
 def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la, ia, stream):
     """Pass 2 on a chunk of a tile (:func:`.segment.write_forward` per
@@ -370,6 +361,8 @@ def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la,
     64-byte boundary (ordinary ones before it and for its last partial
     vector; :func:`.segment.stream_head`)."""
     wide_vectors()
+    # forward_vec gets the loaded vectors, not the arrays: an inlined helper
+    # taking six arrays made this kernel 5x slower when called from Python
     b = lg if op == _LSM else inv  # the second statistic, per precision
     d = la if op == _LSM else ia
     for k in range(cl):
@@ -388,16 +381,16 @@ def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la,
             while end + W <= jn:
                 end += W
             for i in range(0, j, W):  # the ordinary head
-                y = _tile_y(vload_n(xb, px + i, j - i, _ZERO), vload(m, i), vload(m, i + W // 2),
+                y = forward_vec(vload_n(xb, px + i, j - i, _ZERO), vload(m, i), vload(m, i + W // 2),
                             vload(b, i), vload(b, i + W // 2), vload(ma, i), vload(d, i), op, accurate)
                 vstore_n(ob, po + i, y, j - i)
             while j < end:
-                y = _tile_y(vload(xb, px + j), vload(m, j), vload(m, j + W // 2),
+                y = forward_vec(vload(xb, px + j), vload(m, j), vload(m, j + W // 2),
                             vload(b, j), vload(b, j + W // 2), vload(ma, j), vload(d, j), op, accurate)
                 vstore_nt(ob, po + j, y)
                 j += W
         while j < jn:
-            y = _tile_y(vload_n(xb, px + j, jn - j, _ZERO), vload(m, j), vload(m, j + W // 2),
+            y = forward_vec(vload_n(xb, px + j, jn - j, _ZERO), vload(m, j), vload(m, j + W // 2),
                         vload(b, j), vload(b, j + W // 2), vload(ma, j), vload(d, j), op, accurate)
             vstore_n(ob, po + j, y, jn - j)
             j += W

@@ -93,6 +93,7 @@ __all__ = [
     "chunk_stats",
     "sum32_writing",
     "stream_head",
+    "forward_vec",
     "merge",
     "row_log",
     "write_forward",
@@ -239,38 +240,22 @@ def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head):
     a3 = a0
     k = 0
     ahead = c0 + CHUNK  # the next chunk, on its way in while this one computes
-    if head < 0:
-        while k + 4 * W <= cl:
-            for q in range(0, 4 * W, _LINE):
-                prefetch(xs, ahead + k + q)
-            i = c0 + k  # (no prefetchw on ``os`` here: 41.7 ms without, 43.8 with)
-            a0 = a0 + exp_f32_sum(vload(xs, i) - m)
-            vstore(os, i, (vload(ps, i) - mp) - lp)
-            a1 = a1 + exp_f32_sum(vload(xs, i + W) - m)
-            vstore(os, i + W, (vload(ps, i + W) - mp) - lp)
-            a2 = a2 + exp_f32_sum(vload(xs, i + 2 * W) - m)
-            vstore(os, i + 2 * W, (vload(ps, i + 2 * W) - mp) - lp)
-            a3 = a3 + exp_f32_sum(vload(xs, i + 3 * W) - m)
-            vstore(os, i + 3 * W, (vload(ps, i + 3 * W) - mp) - lp)
-            k += 4 * W
-        total = _sum32_finish(xs, c0 + k, cl - k, m, a0, a1, a2, a3)
-        _store_range(os, ps, c0 + k, c0 + cl, mp, lp)
-        return total
-    head = min(head, cl)
+    nt = head >= 0
+    head = min(head, cl) if nt else 0
     _store_range(os, ps, c0, c0 + head, mp, lp)
     while k + 4 * W <= cl - head:
         for q in range(0, 4 * W, _LINE):
             prefetch(xs, ahead + k + q)
-        i = c0 + k
+        i = c0 + k  # (no prefetchw on ``os`` here: 41.7 ms without, 43.8 with)
         j = i + head  # the store side runs ``head`` elements ahead: aligned
         a0 = a0 + exp_f32_sum(vload(xs, i) - m)
-        vstore_nt(os, j, (vload(ps, j) - mp) - lp)
+        _put(os, j, (vload(ps, j) - mp) - lp, nt)
         a1 = a1 + exp_f32_sum(vload(xs, i + W) - m)
-        vstore_nt(os, j + W, (vload(ps, j + W) - mp) - lp)
+        _put(os, j + W, (vload(ps, j + W) - mp) - lp, nt)
         a2 = a2 + exp_f32_sum(vload(xs, i + 2 * W) - m)
-        vstore_nt(os, j + 2 * W, (vload(ps, j + 2 * W) - mp) - lp)
+        _put(os, j + 2 * W, (vload(ps, j + 2 * W) - mp) - lp, nt)
         a3 = a3 + exp_f32_sum(vload(xs, i + 3 * W) - m)
-        vstore_nt(os, j + 3 * W, (vload(ps, j + 3 * W) - mp) - lp)
+        _put(os, j + 3 * W, (vload(ps, j + 3 * W) - mp) - lp, nt)
         k += 4 * W
     _store_range(os, ps, c0 + head + k, c0 + cl, mp, lp)
     while k + 4 * W <= cl:  # the sum's last full vectors (same order)
@@ -280,6 +265,15 @@ def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head):
         a3 = a3 + exp_f32_sum(vload(xs, c0 + k + 3 * W) - m)
         k += 4 * W
     return _sum32_finish(xs, c0 + k, cl - k, m, a0, a1, a2, a3)
+
+
+@njit(inline="always", error_model="numpy")
+def _put(os, j, v, nt):
+    """A streaming store when ``nt``, else an ordinary one."""
+    if nt:
+        vstore_nt(os, j, v)
+    else:
+        vstore(os, j, v)
 
 
 @njit(inline="always", error_model="numpy")
@@ -356,15 +350,19 @@ def row_log(s):
 
 
 @njit(inline="always", error_model="numpy")
-def _forward_vec(v, op, accurate, m, lg, inv, m32, l32, i32):
-    """Pass 2 on one vector of ``x`` (the arithmetic of :func:`write_forward`)."""
+def forward_vec(x, a0, a1, b0, b1, c, d, op, accurate):
+    """Pass 2 on one vector ``x`` (the arithmetic of :func:`write_forward`),
+    from statistics that are scalars (a row) or vectors (a tile's columns):
+    float64 ``a0, a1 = m`` and ``b0, b1 = log s`` (log_softmax) or ``1/s``
+    (softmax) for the low and high 8 lanes (accurate), float32 ``c = m``,
+    ``d = log s`` or ``1/s`` (fast)."""
     if accurate:
         if op == _LSM:
-            return join_f32((lo_f64(v) - m) - lg, (hi_f64(v) - m) - lg)
-        return join_f32(exp_f64(lo_f64(v) - m) * inv, exp_f64(hi_f64(v) - m) * inv)
+            return join_f32((lo_f64(x) - a0) - b0, (hi_f64(x) - a1) - b1)
+        return join_f32(exp_f64(lo_f64(x) - a0) * b0, exp_f64(hi_f64(x) - a1) * b1)
     if op == _LSM:
-        return (v - m32) - l32
-    return exp_f32(v - m32) * i32
+        return (x - c) - d
+    return exp_f32(x - c) * d
 
 
 @njit(inline="always", error_model="numpy")
@@ -378,31 +376,31 @@ def write_forward(xs, os, c0, cl, op, accurate, m, lg, inv, head=-1):
     from ``os[c0 + head]`` on, ordinary ones before it and for the last
     partial vector (see :func:`sum32_writing`); the same values."""
     wide_vectors()
+    b = lg if op == _LSM else inv
     m32 = np.float32(m)
-    l32 = np.float32(lg)
-    i32 = np.float32(inv)
+    b32 = np.float32(b)
     end = c0 + cl
     k = c0
     if head >= 0:
         h = min(c0 + head, end)
         while k < h:
             v = vload_n(xs, k, h - k, _ZERO)
-            vstore_n(os, k, _forward_vec(v, op, accurate, m, lg, inv, m32, l32, i32), h - k)
+            vstore_n(os, k, forward_vec(v, m, m, b, b, m32, b32, op, accurate), h - k)
             k += W
         k = h
         while k + W <= end:
-            vstore_nt(os, k, _forward_vec(vload(xs, k), op, accurate, m, lg, inv, m32, l32, i32))
+            vstore_nt(os, k, forward_vec(vload(xs, k), m, m, b, b, m32, b32, op, accurate))
             k += W
     elif not accurate:
         while k + W <= end:
             # claim the output line ahead (prefetchw): 4096x32000 float32,
             # one thread, 104 -> 86-94 ms; a copy of the same bytes: 43 ms
             prefetch_w(os, k + 16 * W)
-            vstore(os, k, _forward_vec(vload(xs, k), op, accurate, m, lg, inv, m32, l32, i32))
+            vstore(os, k, forward_vec(vload(xs, k), m, m, b, b, m32, b32, op, accurate))
             k += W
     while k < end:
         v = vload_n(xs, k, end - k, _ZERO)
-        vstore_n(os, k, _forward_vec(v, op, accurate, m, lg, inv, m32, l32, i32), end - k)
+        vstore_n(os, k, forward_vec(v, m, m, b, b, m32, b32, op, accurate), end - k)
         k += W
 
 
