@@ -83,10 +83,11 @@ def tile_width(n, ni):
 
 #: chunks of up to this many rows sum lane-major (a lane's running sum in a
 #: register, W columns at a time); longer ones row-major through a
-#: ``lanes x J`` scratch. Measured one thread (``/tmp``-free:
-#: benchmarks/columns_sums.py): NCHW 64 channels 1.00 -> 0.83-0.90
-#: ns/element lane-major, but 1000x8192 axis 0 1.53 -> 2.53 (a lane's
-#: elements 16 rows apart: one page each)
+#: ``lanes x J`` scratch. Measured one thread: the accurate sums of one
+#: 64x1024 NCHW tile 0.469 ns/element lane-major vs 0.562 row-major
+#: (``python benchmarks/accurate_limits.py``), the whole NCHW 64-channel
+#: forward 1.00 -> 0.83-0.90; but 1000x8192 axis 0 1.53 -> 2.53 lane-major
+#: (a lane's elements 16 rows apart: one page each)
 LANE_MAJOR_ROWS = 256
 #: tile rows ahead that the max pass prefetches (reads) and the write pass
 #: claims (prefetchw): each tile row is its own short run of lines on its
@@ -314,9 +315,10 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     ni = g[3]
     ntile = (ni + J - 1) // J
     ccl = min(n, CHUNK)
-    # two allocations only (+ W: a shifted last vector may read past J)
-    f32s = np.empty((LANES32 + 4) * J, np.float32)
-    f64s = np.empty((LANES64 + 5) * J)
+    # two allocations only (+ W: a streamed row's last vector starts off the
+    # W grid and reads its column statistics up to W - 1 past J)
+    f32s = np.empty((LANES32 + 4) * J + W, np.float32)
+    f64s = np.empty((LANES64 + 5) * J + W)
     acc32 = f32s[: LANES32 * J]
     mc, ma, la, ia = _rows4(f32s, LANES32, J)
     acc64 = f64s[: LANES64 * J]
@@ -377,9 +379,7 @@ def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la,
             end = 0
         else:
             j = min(head, jn)
-            end = j
-            while end + W <= jn:
-                end += W
+            end = j + (jn - j) // W * W
             for i in range(0, j, W):  # the ordinary head
                 y = forward_vec(vload_n(xb, px + i, j - i, _ZERO), vload(m, i), vload(m, i + W // 2),
                             vload(b, i), vload(b, i + W // 2), vload(ma, i), vload(d, i), op, accurate)

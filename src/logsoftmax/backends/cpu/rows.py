@@ -36,7 +36,6 @@ from .segment import (
     stream_head,
     sum32_writing,
     write_backward,
-    write_backward_streaming,
     write_forward,
 )
 
@@ -61,12 +60,13 @@ __all__ = [
 #: (:func:`.segment.sum32_writing`, :func:`.segment.write_forward`); smaller
 #: ones stay in cache. Measured (Intel Xeon, 2 threads, ``out=`` reused, so
 #: a cache-sized output is still cached from the call before): 32768x128
-#: float32 (16 MiB) 1.81 -> 2.27 ms streamed, 64x3x224x224 (37 MiB) even,
-#: 8x16x384x384 (72 MiB) 10.9 -> 8.6 ms, 1024x32000 (125 MiB) 10.6 -> 6.4
+#: float32 (16 MiB) 1.81 -> 2.27 ms streamed, 64x3x224x224 (37 MiB) 5.12 ->
+#: 5.03, 1024x32000 (125 MiB) 10.6 -> 6.4 (threshold at 4 MiB vs none, same
+#: session; 8x16x384x384, 72 MiB, 10.0 ms in the stop before -> 8.1-8.9)
 STREAM_BYTES = 1 << 26
 #: see :func:`_row_head` (64x64x112x112 NHWC axis 1, rows of 256 B into a
-#: misaligned ``out=``: 31.2 -> 35.3 ms streamed; 8x16x384x384 axis 3, rows
-#: of 1536 B: 10.9 -> 8.6)
+#: misaligned ``out=``: 31.2 ms in the stop before, 35.3 streamed; rows of
+#: 1536 B, 8x16x384x384 axis 3: 10.0 -> 8.1-8.9)
 STREAM_ROW_BYTES = 512
 
 @njit(inline="always", error_model="numpy")
@@ -262,7 +262,7 @@ def row_grad_sum(ds, ys, n, op):
 @njit(inline="always", error_model="numpy")
 def _backward_streaming(db, yb, ob, g, op, r0, r1):
     """:func:`backward_range` of long unit-stride rows, fast path, whose
-    output is written by streaming stores (``segment.write_backward_streaming``;
+    output is written by streaming stores (``segment.write_backward(head=)``;
     the same values). In place (``ob`` is ``db`` or ``yb``) too: each vector
     is read before its own line is written."""
     n = g[2]
@@ -270,12 +270,7 @@ def _backward_streaming(db, yb, ob, g, op, r0, r1):
         ds = view(db, row_offset(g, 0, r), n)
         ys = view(yb, row_offset(g, 1, r), n)
         os = view(ob, row_offset(g, 2, r), n)
-        s = row_grad_sum(ds, ys, n, op)
-        head = stream_head(os, 0)
-        if head < 0:
-            write_backward(ds, ys, os, 0, n, op, False, s)
-        else:
-            write_backward_streaming(ds, ys, os, n, op, s, head)
+        write_backward(ds, ys, os, 0, n, op, False, row_grad_sum(ds, ys, n, op), stream_head(os, 0))
     sfence()
 
 

@@ -99,7 +99,6 @@ __all__ = [
     "write_forward",
     "chunk_grad_sum",
     "write_backward",
-    "write_backward_streaming",
 ]
 
 #: elements per chunk: 16 KiB of float32, read twice while it sits in L1
@@ -174,6 +173,18 @@ def _sum32(xs, c0, cl, m):
     while k + 4 * W <= cl:
         for q in range(0, 4 * W, _LINE):
             prefetch(xs, ahead + k + q)
+        a0 = a0 + exp_f32_sum(vload(xs, c0 + k) - m)
+        a1 = a1 + exp_f32_sum(vload(xs, c0 + k + W) - m)
+        a2 = a2 + exp_f32_sum(vload(xs, c0 + k + 2 * W) - m)
+        a3 = a3 + exp_f32_sum(vload(xs, c0 + k + 3 * W) - m)
+        k += 4 * W
+    return _sum32_finish(xs, c0 + k, cl - k, m, a0, a1, a2, a3)
+
+
+@njit(inline="always", error_model="numpy")
+def _sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3):
+    """:func:`_sum32` from its ``k``-th term on (accumulators given)."""
+    while k + 4 * W <= cl:
         a0 = a0 + exp_f32_sum(vload(xs, c0 + k) - m)
         a1 = a1 + exp_f32_sum(vload(xs, c0 + k + W) - m)
         a2 = a2 + exp_f32_sum(vload(xs, c0 + k + 2 * W) - m)
@@ -258,13 +269,7 @@ def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head):
         _put(os, j + 3 * W, (vload(ps, j + 3 * W) - mp) - lp, nt)
         k += 4 * W
     _store_range(os, ps, c0 + head + k, c0 + cl, mp, lp)
-    while k + 4 * W <= cl:  # the sum's last full vectors (same order)
-        a0 = a0 + exp_f32_sum(vload(xs, c0 + k) - m)
-        a1 = a1 + exp_f32_sum(vload(xs, c0 + k + W) - m)
-        a2 = a2 + exp_f32_sum(vload(xs, c0 + k + 2 * W) - m)
-        a3 = a3 + exp_f32_sum(vload(xs, c0 + k + 3 * W) - m)
-        k += 4 * W
-    return _sum32_finish(xs, c0 + k, cl - k, m, a0, a1, a2, a3)
+    return _sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3)  # the sum's last terms
 
 
 @njit(inline="always", error_model="numpy")
@@ -405,40 +410,6 @@ def write_forward(xs, os, c0, cl, op, accurate, m, lg, inv, head=-1):
 
 
 @njit(inline="always", error_model="numpy")
-def _grad_range(ds, ys, os, a, b, op, ns32, s32):
-    """Fast-path pass 2 of the backward on ``os[a:b]``, ordinary stores."""
-    while a < b:
-        d = vload_n(ds, a, b - a, _ZERO)
-        y = vload_n(ys, a, b - a, _ZERO)
-        g = vfma(exp_f32(y), ns32, d) if op == _LSM else y * (d - s32)
-        vstore_n(os, a, g, b - a)
-        a += W
-
-
-@njit(inline="always", error_model="numpy")
-def write_backward_streaming(ds, ys, os, cl, op, s, head):
-    """The fast path of :func:`write_backward` on ``[0, cl)`` (not in place)
-    with streaming stores from ``os[head]`` on (``head`` from
-    :func:`stream_head`; see :func:`sum32_writing`): the same values, the
-    lines sent to memory without being read first."""
-    wide_vectors()
-    ns32 = np.float32(-s)
-    s32 = np.float32(s)
-    head = min(head, cl)
-    _grad_range(ds, ys, os, 0, head, op, ns32, s32)
-    k = head
-    if op == _LSM:
-        while k + W <= cl:
-            vstore_nt(os, k, vfma(exp_f32(vload(ys, k)), ns32, vload(ds, k)))
-            k += W
-    else:
-        while k + W <= cl:
-            vstore_nt(os, k, vload(ys, k) * (vload(ds, k) - s32))
-            k += W
-    _grad_range(ds, ys, os, k, cl, op, ns32, s32)
-
-
-@njit(inline="always", error_model="numpy")
 def chunk_grad_sum(ds, ys, c0, cl, op):
     """float64 ``sum(diff_dst)`` (log_softmax) or ``sum(diff_dst * dst)``
     (softmax) of a chunk over :data:`GRAD_LANES` lanes (float32 products are
@@ -498,10 +469,11 @@ def chunk_grad_sum(ds, ys, c0, cl, op):
 
 
 @njit(inline="always", error_model="numpy")
-def write_backward(ds, ys, os, c0, cl, op, accurate, s):
+def write_backward(ds, ys, os, c0, cl, op, accurate, s, head=-1):
     """Pass 2 of the backward on ``[c0, c0 + cl)``: ``diff_dst - e**dst * S``
     (log_softmax, one rounding by FMA) or ``dst * (diff_dst - S)``; ``os``
-    may be ``ds`` or ``ys`` (in place)."""
+    may be ``ds`` or ``ys`` (in place). ``head >= 0``: streaming stores from
+    ``os[c0 + head]``, as :func:`write_forward` (fast path only)."""
     wide_vectors()
     end = c0 + cl
     k = c0
@@ -527,21 +499,32 @@ def write_backward(ds, ys, os, c0, cl, op, accurate, s):
         return
     ns32 = np.float32(-s)
     s32 = np.float32(s)
-    if op == _LSM:
-        while k + W <= end:
-            prefetch_w(os, k + 16 * W)
-            vstore(os, k, vfma(exp_f32(vload(ys, k)), ns32, vload(ds, k)))
+    if head >= 0:
+        h = min(c0 + head, end)
+        while k < h:
+            d = vload_n(ds, k, h - k, _ZERO)
+            y = vload_n(ys, k, h - k, _ZERO)
+            vstore_n(os, k, _backward_vec(d, y, op, ns32, s32), h - k)
             k += W
-        if k < end:
-            d = vload_n(ds, k, end - k, _ZERO)
-            y = vload_n(ys, k, end - k, _ZERO)
-            vstore_n(os, k, vfma(exp_f32(y), ns32, d), end - k)
+        k = h
+        while k + W <= end:
+            vstore_nt(os, k, _backward_vec(vload(ds, k), vload(ys, k), op, ns32, s32))
+            k += W
     else:
         while k + W <= end:
             prefetch_w(os, k + 16 * W)
-            vstore(os, k, vload(ys, k) * (vload(ds, k) - s32))
+            vstore(os, k, _backward_vec(vload(ds, k), vload(ys, k), op, ns32, s32))
             k += W
-        if k < end:
-            d = vload_n(ds, k, end - k, _ZERO)
-            y = vload_n(ys, k, end - k, _ZERO)
-            vstore_n(os, k, y * (d - s32), end - k)
+    while k < end:
+        d = vload_n(ds, k, end - k, _ZERO)
+        y = vload_n(ys, k, end - k, _ZERO)
+        vstore_n(os, k, _backward_vec(d, y, op, ns32, s32), end - k)
+        k += W
+
+
+@njit(inline="always", error_model="numpy")
+def _backward_vec(d, y, op, ns32, s32):
+    """Fast-path pass 2 of the backward on one vector."""
+    if op == _LSM:
+        return vfma(exp_f32(y), ns32, d)
+    return y * (d - s32)
