@@ -482,6 +482,42 @@ def test_exp32_within_one_ulp():
     assert got[4] == 0 and np.isposinf(got[5])
 
 
+def test_bfloat16_store_correctly_rounded_every_class():
+    """A bfloat16 store rounds to nearest even and keeps NaN quiet -- on a CPU
+    with AVX512_BF16 through ``vcvtneps2bf16``, which flushes subnormal
+    inputs to zero: those lanes must still round correctly (a subnormal
+    float32 is a subnormal bfloat16, not 0)."""
+    from logsoftmax.backends.cpu._simd import wide_vectors
+    from logsoftmax.backends.cpu._vec import W, vload, vstore
+
+    def narrow(x, o):
+        wide_vectors()
+        for i in range(0, x.size, W):
+            vstore(o, i, vload(x, i))
+
+    special = [0, 1 << 31, 1, 0x80000001, 0x007FFFFF, 0x807FFFFF, 0x00800000,
+               0x7F7FFFFF, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001, 0xFFBFFFFF]
+    # subnormal ties and near-ties that round to a nonzero bfloat16
+    special += [(k << 16) | t for k in (1, 2, 0x7F, 0x807F) for t in (0x7FFF, 0x8000, 0x8001)]
+    rand = np.random.default_rng(12).integers(0, 1 << 32, 1 << 16, dtype=np.uint64)
+    # ... and every subnormal exponent pattern of the random mantissas
+    sub = rand[: 1 << 12] & 0x807FFFFF
+    b = np.concatenate([np.array(special, np.uint64), rand, sub]).astype(np.uint32)
+    b = np.concatenate([b, np.zeros(-b.size % W, np.uint32)])
+    x = b.view(np.float32)
+    got = np.empty(x.size, np.uint16)
+    fn = numba.njit(narrow)  # uncompiled by anything else: inspect_asm below
+    fn(x, got)
+    with np.errstate(invalid="ignore"):
+        want = x.astype(ml_dtypes.bfloat16).view(np.uint16)
+    want = np.where(np.isnan(x), ((b >> 16) | 0x40).astype(np.uint16), want)
+    bad = np.flatnonzero(got != want)
+    assert bad.size == 0, [(hex(b[i]), hex(got[i]), hex(want[i])) for i in bad[:5]]
+    flags = open("/proc/cpuinfo").read() if sys.platform == "linux" else ""
+    if " avx512_bf16" in flags:
+        assert "vcvtneps2bf16" in next(iter(fn.inspect_asm().values()))
+
+
 # ---------------------------------------------------------------------------
 # logsumexp reductions, shapes, empty arrays
 # ---------------------------------------------------------------------------
