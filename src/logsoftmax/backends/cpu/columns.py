@@ -51,6 +51,7 @@ from .segment import (
     LANES32,
     LANES64,
     forward_vec,
+    stream_end,
     stream_head,
     vmax_x86,
 )
@@ -379,7 +380,7 @@ def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la,
             end = 0
         else:
             j = min(head, jn)
-            end = j + (jn - j) // W * W
+            end = stream_end(ob, po + j, po + jn) - po
             for i in range(0, j, W):  # the ordinary head
                 y = forward_vec(vload_n(xb, px + i, j - i, _ZERO), vload(m, i), vload(m, i + W // 2),
                             vload(b, i), vload(b, i + W // 2), vload(ma, i), vload(d, i), op, accurate)
