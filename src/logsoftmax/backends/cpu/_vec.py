@@ -52,6 +52,7 @@ __all__ = [
     "address",
     "prefetch",
     "prefetch_w",
+    "prefetch_l2",
     "splat",
     "vfma",
     "vmax",
@@ -464,7 +465,7 @@ def address(typingctx, buf, idx):
     return types.int64(buf, idx), codegen
 
 
-def _prefetch_intrinsic(rw):
+def _prefetch_intrinsic(rw, locality=3):
     @intrinsic
     def _pf(typingctx, buf, idx):
         _check_buf(buf, idx)
@@ -474,8 +475,8 @@ def _prefetch_intrinsic(rw):
             i32 = ir.IntType(32)
             fnty = ir.FunctionType(ir.VoidType(), [ir.PointerType(), i32, i32, i32])
             fn = _declare(builder, "llvm.prefetch.p0", fnty)
-            # (address, read 0 / write 1, locality 3: keep, data cache)
-            builder.call(fn, [builder.bitcast(ptr, ir.PointerType()), i32(rw), i32(3), i32(1)])
+            # (address, read 0 / write 1, locality 3: L1 / 2: L2, data cache)
+            builder.call(fn, [builder.bitcast(ptr, ir.PointerType()), i32(rw), i32(locality), i32(1)])
             return context.get_dummy_value()
 
         return types.none(buf, idx), codegen
@@ -492,6 +493,9 @@ def _prefetch_intrinsic(rw):
 prefetch = _prefetch_intrinsic(0)
 #: :func:`prefetch` for a line about to be written (``prefetchw``)
 prefetch_w = _prefetch_intrinsic(1)
+#: :func:`prefetch` into L2 only (``prefetcht1``): for data needed after the
+#: current working set, which a ``prefetcht0`` would push out of L1
+prefetch_l2 = _prefetch_intrinsic(0, 2)
 
 
 @intrinsic

@@ -23,7 +23,7 @@ from numba import njit, prange
 
 from ._math import log_f64
 from ._simd import view, wide_vectors
-from ._vec import W, lane, sfence, vload_n, vload_part, vstore_n
+from ._vec import W, lane, prefetch_l2, sfence, vload_n, vload_part, vstore_n
 from .. import Op
 from .segment import (
     CHUNK,
@@ -350,6 +350,22 @@ def _batch_logs_all(s, lg):
         vstore_n(lg, i, log_f64(vload_n(s, i, n - i, 1.0)), n - i)
 
 
+@njit(inline="always", error_model="numpy")
+def _prefetch_row(buf, off, n):
+    """Ask for the lines of ``buf[off:off + n]`` into L2 (``prefetcht1``: a
+    batch of 16 rows of 4096 float32 is 256 KiB, more than L1). The
+    batch kernels read a batch's rows from memory in their first phase and
+    compute on them from cache after; the hardware prefetcher follows
+    accesses, and the compute phases access nothing new, so without these
+    the next batch's reads would only start when its first phase does
+    (in-process A/B, Intel Xeon, LLVM rocketlake: 8x16x384x384 float32
+    12-14% faster, 32x16x250x250 7-8%). Only for problems too big for a
+    cache (those whose output :func:`streams`): on cache-resident ones
+    (16x16x128x128 bfloat16) the prefetches' own instructions cost 14%."""
+    for q in range(0, n, 64 // buf.itemsize):
+        prefetch_l2(buf, off + q)
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def forward_short(xb, ob, g, op, accurate, r0, r1):
     """:func:`forward_range` for unit-stride rows of ``n <= CHUNK``: the same
@@ -373,10 +389,14 @@ def forward_short(xb, ob, g, op, accurate, r0, r1):
         for i in range(nb):
             mx[i] = chunk_max(view(xb, _at(g, 0, j1, j2), n), 0, n)
             j1, j2 = _next(g, j1, j2)
+        p1, p2 = j1, j2  # the next batch's first row, fetched during the sums
         j1, j2 = i1, i2
         for i in range(nb):
             xs = view(xb, _at(g, 0, j1, j2), n)
             m[i], s[i] = chunk_sum_at(xs, n, np.float32(mx[i]), accurate)
+            if stream and b0 + nb + i < r1:  # (cached problems: 14% slower)
+                _prefetch_row(xb, _at(g, 0, p1, p2), n)
+                p1, p2 = _next(g, p1, p2)
             j1, j2 = _next(g, j1, j2)
         _batch_logs(s, lg, inv, nb)
         for i in range(nb):
