@@ -39,13 +39,11 @@ from pathlib import Path
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba import njit, prange, types
-from numba.extending import intrinsic
+from numba import njit, prange
 
 import logsoftmax
 from logsoftmax.backends.cpu._simd import wide_vectors
-from logsoftmax.backends.cpu._vec import W, vload
+from logsoftmax.backends.cpu._vec import W, sfence, vload, vstore_nt
 from logsoftmax.backends.cpu.rows import row_stats
 from logsoftmax.backends.cpu.segment import row_log, write_forward
 from logsoftmax.driver.perf import add3, copy2, median_seconds
@@ -56,41 +54,20 @@ from common import cpu_info  # noqa: E402
 ROWS, COLS = 4096, 32000
 
 
-@intrinsic
-def _vstore_nt(typingctx, buf, idx, v):
-    """``vstore`` with LLVM's ``!nontemporal`` hint (float32 buffers)."""
-
-    def codegen(context, builder, sig, args):
-        ary = context.make_array(sig.args[0])(context, builder, args[0])
-        ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), args[2].type.as_pointer())
-        store = builder.store(args[2], ptr, align=64)
-        store.set_metadata(
-            "nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
-        )
-        return context.get_dummy_value()
-
-    return types.none(buf, idx, v), codegen
-
-
-def _vector_copy(store):
-    """A 2-stream copy ``dst[:] = src`` in 512-bit vectors, each written by
-    ``store`` (:func:`_vstore_nt`)."""
-
-    @njit(parallel=True)
-    def copy(src, dst, nthreads):
-        per = dst.size // nthreads // W * W
-        for t in prange(nthreads):
-            wide_vectors()
-            end = dst.size if t == nthreads - 1 else (t + 1) * per
-            for i in range(t * per, end, W):
-                store(dst, i, vload(src, i))
-
-    return copy
-
-
-# (with ``vstore`` the same loop is no measurement of ordinary stores: LLVM
-# recognises the copy and calls ``llvm.memcpy``, which streams)
-vector_copy_nt = _vector_copy(_vstore_nt)
+@njit(parallel=True)
+def vector_copy_nt(src, dst, nthreads):
+    """A 2-stream copy ``dst[:] = src`` in 512-bit vectors written by
+    non-temporal stores (:func:`logsoftmax.backends.cpu._vec.vstore_nt`, the
+    kernels' own). (With ordinary stores the same loop measures nothing of
+    them: LLVM recognises the copy and calls ``llvm.memcpy``, which
+    streams.)"""
+    per = dst.size // nthreads // W * W
+    for t in prange(nthreads):
+        wide_vectors()
+        end = dst.size if t == nthreads - 1 else (t + 1) * per
+        for i in range(t * per, end, W):
+            vstore_nt(dst, i, vload(src, i))
+        sfence()
 
 
 @njit(parallel=True, nogil=True)

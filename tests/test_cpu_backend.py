@@ -282,14 +282,14 @@ def test_thread_count_and_row_split_deterministic(shape):
     "dtype, n", [(F32, 32_771), (F32, 300), (F32, 100), (BF16, 32_771), (F16, 300)]
 )
 def test_streaming_stores_same_bits(dtype, n):
-    """Outputs of >= ``rows.STREAM_BYTES`` go out by streaming stores
+    """Outputs of >= ``alloc.STREAM_BYTES`` go out by streaming stores
     (aligned body, ordinary head and tail; short rows only when they start
     on a line): the same bits as the ordinary stores of smaller calls, at
     every alignment of ``out``, in place, forward and backward, softmax
     too. Rows of odd lengths start at every alignment."""
-    from logsoftmax.backends.cpu import rows
+    from logsoftmax.backends.cpu.alloc import STREAM_BYTES
 
-    r = -(-rows.STREAM_BYTES // (n * np.dtype(dtype).itemsize)) + 3
+    r = -(-STREAM_BYTES // (n * np.dtype(dtype).itemsize)) + 3
     step = max(16, r // 64)
     rng = np.random.default_rng(16)
     x = (rng.standard_normal((r, n)) * 3).astype(dtype)
@@ -325,10 +325,10 @@ def test_streaming_stores_same_bits(dtype, n):
 def test_streaming_column_stores_same_bits(dtype):
     """The column kernel streams big outputs too (each tile row from its
     first 64-byte boundary): the same bits as small calls on slices."""
-    from logsoftmax.backends.cpu import rows
+    from logsoftmax.backends.cpu.alloc import STREAM_BYTES
 
     c, w = 64, 1000  # NCHW-like: axis 1, inner 1000 columns (tiles of 1000)
-    outer = -(-rows.STREAM_BYTES // (c * w * np.dtype(dtype).itemsize)) + 1
+    outer = -(-STREAM_BYTES // (c * w * np.dtype(dtype).itemsize)) + 1
     x = (np.random.default_rng(17).standard_normal((outer, c, w)) * 3).astype(dtype)
     ref = np.concatenate([_fwd("log_softmax", x[i : i + 1], 1) for i in range(outer)])
     sm = np.concatenate([_fwd("softmax", x[i : i + 1], 1) for i in range(outer)])

@@ -353,13 +353,12 @@ def _bf16_round(builder, v, hardware):
     if not hardware or n != 16:
         return _bf16_round_bits(builder, v)
     i16v = ir.VectorType(ir.IntType(16), n)
-    cvt = builder.module.declare_intrinsic(
-        "llvm.x86.avx512bf16.cvtneps2bf16.512", (),
-        ir.FunctionType(ir.VectorType(_BFloat(), n), [v.type]))
+    cvt = _declare(builder, "llvm.x86.avx512bf16.cvtneps2bf16.512",
+                   ir.FunctionType(ir.VectorType(_BFloat(), n), [v.type]))
     fast = builder.bitcast(builder.call(cvt, [v]), i16v)
     maskv = ir.VectorType(ir.IntType(1), n)
-    fpclass = builder.module.declare_intrinsic(
-        "llvm.x86.avx512.fpclass.ps.512", (), ir.FunctionType(maskv, [v.type, _I32]))
+    fpclass = _declare(builder, "llvm.x86.avx512.fpclass.ps.512",
+                       ir.FunctionType(maskv, [v.type, _I32]))
     sub = builder.call(fpclass, [v, ir.Constant(_I32, 0x20)])  # class 5: subnormal
     anysub = builder.icmp_unsigned("!=", builder.bitcast(sub, ir.IntType(n)), ir.Constant(ir.IntType(n), 0))
     before = builder.block

@@ -46,6 +46,7 @@ __all__ = [
     "clear_pool",
     "pooled_bytes",
     "fault_in",
+    "STREAM_BYTES",
 ]
 
 #: results of at least this many bytes come from the pool (smaller ones from
@@ -160,6 +161,17 @@ def empty_like(x: np.ndarray, dtype) -> np.ndarray:
 # ---------------------------------------------------------------------------
 # faulting a big output in before the kernel streams into it
 # ---------------------------------------------------------------------------
+#: outputs of at least this many bytes are written by streaming stores
+#: (:func:`.segment.sum32_writing`, :func:`.segment.write_forward`, the
+#: column tiles; :func:`.rows.streams`) and faulted in first (:func:`fault_in`);
+#: smaller ones stay in cache. Measured (Intel Xeon, 2 threads, ``out=``
+#: reused, so a cache-sized output is still cached from the call before):
+#: 32768x128 float32 (16 MiB) 1.81 -> 2.27 ms streamed, 64x3x224x224 (37 MiB)
+#: 5.12 -> 5.03, 1024x32000 (125 MiB) 10.6 -> 6.4 (threshold at 4 MiB vs
+#: none, same session; 8x16x384x384, 72 MiB, 10.0 ms in the stop before ->
+#: 8.1-8.9). Here, not in :mod:`.rows`, so that a call reads it without
+#: importing the kernel modules.
+STREAM_BYTES = 1 << 26
 _PAGE = mmap.PAGESIZE
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+: fault a range in for writing, data kept
 try:

@@ -25,6 +25,7 @@ from ._math import log_f64
 from ._simd import view, wide_vectors
 from ._vec import W, lane, prefetch_l2, sfence, vload_n, vload_part, vstore_n
 from .. import Op
+from .alloc import STREAM_BYTES
 from .segment import (
     CHUNK,
     chunk_grad_sum,
@@ -56,14 +57,6 @@ __all__ = [
 ]
 
 
-#: outputs of at least this many bytes are written by streaming stores
-#: (:func:`.segment.sum32_writing`, :func:`.segment.write_forward`); smaller
-#: ones stay in cache. Measured (Intel Xeon, 2 threads, ``out=`` reused, so
-#: a cache-sized output is still cached from the call before): 32768x128
-#: float32 (16 MiB) 1.81 -> 2.27 ms streamed, 64x3x224x224 (37 MiB) 5.12 ->
-#: 5.03, 1024x32000 (125 MiB) 10.6 -> 6.4 (threshold at 4 MiB vs none, same
-#: session; 8x16x384x384, 72 MiB, 10.0 ms in the stop before -> 8.1-8.9)
-STREAM_BYTES = 1 << 26
 #: see :func:`_row_head` (64x64x112x112 NHWC axis 1, rows of 256 B into a
 #: misaligned ``out=``: 31.2 ms in the stop before, 35.3 streamed; rows of
 #: 1536 B, 8x16x384x384 axis 3: 10.0 -> 8.1-8.9)

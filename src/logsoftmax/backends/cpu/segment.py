@@ -165,27 +165,17 @@ def _sum32(xs, c0, cl, m):
     """``sum(exp(x - m))`` over 64 float32 lanes + the tree (module doc),
     terms by :func:`._math.exp_f32_sum`."""
     wide_vectors()
-    a0 = splat(_ZERO)
-    a1 = a0
-    a2 = a0
-    a3 = a0
-    k = 0
-    ahead = c0 + CHUNK  # the next chunk, on its way in while this one computes
-    while k + 4 * W <= cl:
-        for q in range(0, 4 * W, _LINE):
-            prefetch(xs, ahead + k + q)
-        a0 = a0 + exp_f32_sum(vload(xs, c0 + k) - m)
-        a1 = a1 + exp_f32_sum(vload(xs, c0 + k + W) - m)
-        a2 = a2 + exp_f32_sum(vload(xs, c0 + k + 2 * W) - m)
-        a3 = a3 + exp_f32_sum(vload(xs, c0 + k + 3 * W) - m)
-        k += 4 * W
-    return _sum32_finish(xs, c0 + k, cl - k, m, a0, a1, a2, a3)
+    z = splat(_ZERO)
+    return _sum32_rest(xs, c0, 0, cl, m, z, z, z, z)
 
 
 @njit(inline="always", error_model="numpy")
 def _sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3):
     """:func:`_sum32` from its ``k``-th term on (accumulators given)."""
+    ahead = c0 + CHUNK  # the next chunk, on its way in while this one computes
     while k + 4 * W <= cl:
+        for q in range(0, 4 * W, _LINE):
+            prefetch(xs, ahead + k + q)
         a0 = a0 + exp_f32_sum(vload(xs, c0 + k) - m)
         a1 = a1 + exp_f32_sum(vload(xs, c0 + k + W) - m)
         a2 = a2 + exp_f32_sum(vload(xs, c0 + k + 2 * W) - m)
