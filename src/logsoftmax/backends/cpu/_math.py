@@ -71,7 +71,7 @@ _UNDER = _f32(-87.33)
 _OVER = _f32(88.72)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def exp_f32(x):
     """float32 ``e**x`` within 1 ulp (normal results), vector or scalar."""
     t = vfma(x, _LOG2E, _MAGIC)
@@ -95,7 +95,7 @@ _S2 = _f32(0.041890114545822144)
 _S3 = _f32(0.008312548510730267)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def exp_f32_sum(x):
     """float32 ``e**x`` for the terms of a row sum, ``x <= 0`` (or NaN), within
     ~1.5 ulp: degree 5, and ``x`` clamped at -87.33 instead of tested, so
@@ -146,7 +146,7 @@ _UNDER64 = -708.0
 _OVER64 = 709.78
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _reduce64(x):
     """``(t, nf, r)``: ``x = n ln2 + r``, ``n = nf``, also in the low bits of ``t``."""
     t = vfma(x, _LOG2E64, _MAGIC64)
@@ -154,7 +154,7 @@ def _reduce64(x):
     return t, nf, vfma(nf, _NLN2_64, x)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def exp_f64(x):
     """float64 ``e**x`` for ``x <= 0`` (or NaN), relative error < 3.1e-9;
     ``x < -708`` (``-inf`` included) gives ``e**-708`` (~1e-308), which no
@@ -170,7 +170,7 @@ def exp_f64(x):
     return scale_pow2(p, t, nf)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def exp_f64_any(x):
     """float64 ``e**x`` for any ``x``, relative error < 5.2e-11; 0 below
     -708, ``inf`` above 709.78."""
@@ -197,7 +197,7 @@ _HIGH_MASK = np.int64(-(1 << 52))  # sign and exponent fields
 _L = tuple(2.0 / (2 * k + 1) for k in range(1, 10))
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def log_f64(s):
     """float64 ``log(s)`` within ~1 ulp for ``s > 0``; ``log(0) = -inf``,
     ``log(inf) = inf``, NaN -> NaN (``s`` normal or 0: the kernels' row sums).

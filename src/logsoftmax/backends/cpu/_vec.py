@@ -918,7 +918,7 @@ def lane(typingctx, v, i):
 from numba import njit as _njit  # noqa: E402  (the intrinsics above need no jit)
 
 
-@_njit(inline="always")
+@_njit(forceinline=True)
 def vload_n(buf, idx, count, fill):
     """:func:`vload` if ``count >= W``, else :func:`vload_part`."""
     if count >= W:
@@ -926,7 +926,7 @@ def vload_n(buf, idx, count, fill):
     return vload_part(buf, idx, count, fill)
 
 
-@_njit(inline="always")
+@_njit(forceinline=True)
 def vstore_n(buf, idx, v, count):
     """:func:`vstore` if ``count`` covers the vector, else :func:`vstore_part`."""
     if count >= W:

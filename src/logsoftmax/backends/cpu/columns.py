@@ -46,6 +46,8 @@ from ._vec import (
 )
 from .rows import stage_for, streams
 from .segment import (
+    ACCURATE,
+    INDEX0,
     CHUNK,
     GRAD_LANES,
     LANES32,
@@ -103,7 +105,7 @@ _ZERO = np.float32(0.0)
 _LSM = Op.LOG_SOFTMAX
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _rows4(a, first, J):
     """Four ``J``-long rows of scratch ``a`` after its first ``first`` rows."""
     b = first * J
@@ -112,7 +114,7 @@ def _rows4(a, first, J):
     ]
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _tile_geom(g, op, t, ntile, J):
     """``(base, sn, si)`` of tile ``t`` of operand ``op`` (geometry: :mod:`.rows`)."""
     o = t // ntile
@@ -141,7 +143,7 @@ def _stage_out(stage, buf, base, sn, si, c0, cl, jn, J):
             buf[p + j * si] = stage[k * J + j]
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _chunk_view(buf, base, sn, si, c0, cl, jn, stage, J):
     """``(buffer, first element, row step)`` of a tile's chunk: the tile in
     place when its columns are unit-stride, else gathered into ``stage``."""
@@ -171,7 +173,7 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
         _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc):
     """The sums of short columns: ``W`` columns at a time, one lane at a
     time, the lane's running sum in a register; the lanes then go to the
@@ -209,7 +211,7 @@ def _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc):
                 sc[j + i] = np.float64(acc32[i])
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
     """The sums of long columns: row by row (each row of the tile is ``J``
     contiguous elements on one page), every lane of every column in a
@@ -247,7 +249,7 @@ def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
             sc[j] = np.float64(acc32[j])
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _lane_tree(acc, used, nvec, w, J, lanes):
     """Add the lane rows of ``acc`` (row ``l`` at ``l * J``) by the tree
     of :mod:`.segment`: ``l + l + h`` for ``h = lanes/2, ..., 1``; rows at or
@@ -263,7 +265,7 @@ def _lane_tree(acc, used, nvec, w, J, lanes):
         h //= 2
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _merge_cols(m, s, mc, sc, jn, first):
     """Per column, :func:`.segment.merge` (the online-softmax rule)."""
     for j in range(jn):
@@ -291,7 +293,7 @@ def _col_nan(xb, p, sn, cl, j):
     return False
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m, s, xst, J):
     """Per-column row stats ``(m, s)`` of a tile: chunk stats merged in chunk
     order (:func:`.rows.row_stats` on every column)."""
@@ -558,12 +560,12 @@ def logsumexp_tiles(xb, rb, g, J, t0, t1):
         xbase, xsn, xsi = _tile_geom(g, 0, t, ntile, J)
         rbase, _, rsi = _tile_geom(g, 1, t, ntile, J)
         jn = min(J, ni - (t % ntile) * J)
-        _column_stats(xb, xbase, xsn, xsi, n, jn, True, acc32, acc64, mc, sc, m, s, xst, J)
+        _column_stats(xb, xbase, xsn, xsi, n, jn, ACCURATE, acc32, acc64, mc, sc, m, s, xst, J)
         for j in range(0, jn, W // 2):
             vstore_n(lg, j, log_f64(vload_n(s, j, jn - j, 1.0)), jn - j)
         for j in range(jn):
             if m[j] == np.inf:
-                nan = _col_nan(xb, xbase + j * xsi, xsn, n, 0)
+                nan = _col_nan(xb, xbase + j * xsi, xsn, n, INDEX0)
                 v = np.nan if nan else np.inf
             else:
                 v = m[j] + lg[j]

@@ -113,6 +113,11 @@ _GROUP = 8
 #: and y = f(x) are idempotent; in place takes :func:`_fwd_write_ip`).
 _VB = 64
 
+#: 0 and 1 as arguments between jitted functions (not literals: see
+#: ``segment.ACCURATE``)
+_I0 = np.int64(0)
+_I1 = np.int64(1)
+
 _KW = dict(cache=True, nogil=True, error_model="numpy")
 _PKW = dict(cache=True, nogil=True, error_model="numpy", parallel=True)
 
@@ -204,7 +209,7 @@ def _chunk_stats(seg):
     n = seg.shape[0]
     m = _seg_max(seg)
     if m == -np.inf:
-        return m, (np.nan if _has_nan(seg, 0, n, 1) else 0.0), 0.0
+        return m, (np.nan if _has_nan(seg, _I0, n, _I1) else 0.0), 0.0
     hi = 0.0
     lo = 0.0
     for k in range(n):
@@ -441,7 +446,7 @@ def _flush(buf, g, off, n, stage):
         _scatter(stage, buf, off, n, g[3])
 
 
-@njit(inline="always")
+@njit(forceinline=True)
 def _task_rows(task, ntask, rows):
     return range(task * rows // ntask, (task + 1) * rows // ntask)
 
@@ -465,7 +470,7 @@ def _lse_rows_unit(xb, xg, rb, rg, n2, n, rr):
     for r in rr:
         xs = view(xb, _row_off(xg, r, n2), n)
         m, s, lo = _row_stats(xs)
-        rb[_row_off(rg, r, n2)] = _lse_value(xs, 0, n, 1, m, s, lo)
+        rb[_row_off(rg, r, n2)] = _lse_value(xs, _I0, n, _I1, m, s, lo)
 
 
 @njit(**_KW)
@@ -520,7 +525,7 @@ def lse_rows(xb, xg, rb, rg, n1, n2, n):
         for r in _task_rows(task, ntask, rows):
             xs = _row(xb, xg, _row_off(xg, r, n2), n, xst)
             m, s, lo = _row_stats(xs)
-            rb[_row_off(rg, r, n2)] = _lse_value(xs, 0, n, 1, m, s, lo)
+            rb[_row_off(rg, r, n2)] = _lse_value(xs, _I0, n, _I1, m, s, lo)
 
 
 @_parallel_and_serial

@@ -27,6 +27,7 @@ from ._vec import W, lane, prefetch_l2, sfence, vload_n, vload_part, vstore_n
 from .. import Op
 from .alloc import STREAM_BYTES
 from .segment import (
+    ACCURATE,
     CHUNK,
     chunk_grad_sum,
     chunk_max,
@@ -62,7 +63,7 @@ __all__ = [
 #: 1536 B, 8x16x384x384 axis 3: 10.0 -> 8.1-8.9)
 STREAM_ROW_BYTES = 512
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def streams(ob, g):
     """Whether the call's output goes out by streaming stores: only outputs
     far bigger than a cache, since they send every line to memory and a
@@ -71,7 +72,7 @@ def streams(ob, g):
     return g[0] * g[1] * g[2] * g[3] * ob.itemsize >= STREAM_BYTES
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _row_head(os, n, stream):
     """:func:`.segment.stream_head` of a row ``os`` of a streamed output, or
     -1 (ordinary stores): rows shorter than :data:`STREAM_ROW_BYTES` stream
@@ -86,7 +87,7 @@ def _row_head(os, n, stream):
     return head
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def row_offset(g, op, r):
     """Start of row ``r`` of operand ``op`` (geometry layout: module doc)."""
     n2 = g[1]
@@ -95,7 +96,7 @@ def row_offset(g, op, r):
     return g[b] + i1 * g[b + 1] + (r - i1 * n2) * g[b + 2]
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def row_step(g, op):
     return g[4 + 5 * op + 3]
 
@@ -114,7 +115,7 @@ def scatter(src, buf, off, n, step):
         buf[off + k * step] = src[k]
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def operand(buf, g, op, r, n, stage):
     """Row ``r`` of operand ``op`` as a unit-stride buffer: a view of ``buf``,
     or ``stage`` (the row gathered into it when its step is not 1)."""
@@ -128,7 +129,7 @@ def operand(buf, g, op, r, n, stage):
     return view(stage, 0, n)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def target(buf, g, op, r, n, stage):
     """Where to write row ``r`` of operand ``op``: a view, or ``stage``."""
     if row_step(g, op) == 1:
@@ -136,14 +137,14 @@ def target(buf, g, op, r, n, stage):
     return view(stage, 0, n)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def flush(buf, g, op, r, n, stage):
     step = row_step(g, op)
     if step != 1:
         scatter(stage, buf, row_offset(g, op, r), n, step)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def stage_for(buf, size, needed):
     """A scratch buffer of ``size`` elements of ``buf``'s type when
     ``needed``, else ``buf`` itself (unused: no allocation on the common
@@ -163,7 +164,7 @@ def row_stats(xs, n, accurate):
     return m, s
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
     """log_softmax of long unit-stride rows ``[r0, r1)``: the
     statistics pass of row ``r`` writes row ``r - 1``'s result as it goes.
@@ -252,7 +253,7 @@ def row_grad_sum(ds, ys, n, op):
     return s
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _backward_streaming(db, yb, ob, g, op, r0, r1):
     """:func:`backward_range` of long unit-stride rows, fast path, whose
     output is written by streaming stores (``segment.write_backward(head=)``;
@@ -300,20 +301,20 @@ def backward_parallel(db, yb, ob, g, op, accurate, ntask):
 BATCH = 16
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _first(g, r0):
     """``(i1, i2)`` of row ``r0``: the one division of a batch loop."""
     i1 = r0 // g[1]
     return i1, r0 - i1 * g[1]
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _at(g, op, i1, i2):
     b = 4 + 5 * op
     return g[b] + i1 * g[b + 1] + i2 * g[b + 2]
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _next(g, i1, i2):
     """The row after ``(i1, i2)`` (no division per row: a 64-bit ``//``
     per row cost ~20 cycles at n = 16)."""
@@ -343,7 +344,7 @@ def _batch_logs_all(s, lg):
         vstore_n(lg, i, log_f64(vload_n(s, i, n - i, 1.0)), n - i)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _prefetch_row(buf, off, n):
     """Ask for the lines of ``buf[off:off + n]`` into L2 (``prefetcht1``: a
     batch of 16 rows of 4096 float32 is 256 KiB, more than L1). The
@@ -423,7 +424,7 @@ def backward_short(db, yb, ob, g, op, accurate, r0, r1):
             i1, i2 = _next(g, i1, i2)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def lse_value(m, s, nan_in_row):
     """float64 logsumexp from row stats: ``m + log(s)``; a row holding
     ``+inf`` is ``+inf`` (NaN if it also holds a NaN), all ``-inf`` is
@@ -451,7 +452,7 @@ def logsumexp_range(xb, rb, g, r0, r1):
     xst = stage_for(xb, n, row_step(g, 0) != 1)
     for r in range(r0, r1):
         xs = operand(xb, g, 0, r, n, xst)
-        m, s = row_stats(xs, n, True)
+        m, s = row_stats(xs, n, ACCURATE)
         rb[row_offset(g, 1, r)] = lse_value(m, s, m == np.inf and _row_has_nan(xs, n))
 
 

@@ -86,6 +86,8 @@ __all__ = [
     "CHUNK",
     "SHORT",
     "SHORT_BACKWARD",
+    "ACCURATE",
+    "INDEX0",
     "LANES32",
     "LANES64",
     "GRAD_LANES",
@@ -130,16 +132,21 @@ _LINE = 16
 #: its own size, as ``vmovntps``/``vmovntdq`` require)
 _STREAM_ALIGN = 64
 _LSM = Op.LOG_SOFTMAX
+#: ``True`` and ``0`` as arguments from one jitted function to another: a bare
+#: constant reaches the callee as a *literal* type, and numba compiles a
+#: separate specialization of it (and of all it calls) for that literal
+ACCURATE = np.bool_(True)
+INDEX0 = np.int64(0)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def vmax_x86(a, b):
     """``a if a > b else b``: one ``vmaxps``. A NaN operand may or may not
     survive; every max here is followed by a sum that a NaN turns to NaN."""
     return where(a > b, a, b)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def chunk_max(xs, c0, cl):
     """Exact max of ``xs[c0:c0 + cl]`` (float32; NaN: see :func:`vmax_x86`)."""
     wide_vectors()
@@ -160,7 +167,7 @@ def chunk_max(xs, c0, cl):
     return reduce_max(vmax_x86(vmax_x86(m0, m1), vmax_x86(m2, m3)))
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _sum32(xs, c0, cl, m):
     """``sum(exp(x - m))`` over 64 float32 lanes + the tree (module doc),
     terms by :func:`._math.exp_f32_sum`."""
@@ -169,7 +176,7 @@ def _sum32(xs, c0, cl, m):
     return _sum32_rest(xs, c0, 0, cl, m, z, z, z, z)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3):
     """:func:`_sum32` from its ``k``-th term on (accumulators given)."""
     ahead = c0 + CHUNK  # the next chunk, on its way in while this one computes
@@ -184,7 +191,7 @@ def _sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3):
     return _sum32_finish(xs, c0 + k, cl - k, m, a0, a1, a2, a3)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _sum32_finish(xs, k, r, m, a0, a1, a2, a3):
     """The last ``r < 4 * W`` terms (from ``xs[k]``) into the four
     accumulators, then the fixed tree: masked-off lanes add exactly 0."""
@@ -199,7 +206,7 @@ def _sum32_finish(xs, k, r, m, a0, a1, a2, a3):
     return np.float64(reduce_add((a0 + a2) + (a1 + a3)))
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def stream_head(os, c0):
     """Elements from ``os[c0]`` to the next 64-byte boundary, where
     :func:`sum32_writing` can start streaming stores; -1 if ``os``'s
@@ -211,7 +218,7 @@ def stream_head(os, c0):
     return ((-a) % _STREAM_ALIGN) // size
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def stream_end(os, k, end):
     """Where a run of streaming stores from the line boundary ``os[k]`` must
     stop before ``end``: at the last whole 64-byte line. A 16-bit vector is
@@ -224,7 +231,7 @@ def stream_end(os, k, end):
     return k + (end - k) // line * line
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _store_range(os, ps, a, b, mp, lp):
     """``os[a:b] = (ps - mp) - lp`` with ordinary (masked) stores."""
     while a < b:
@@ -232,7 +239,7 @@ def _store_range(os, ps, a, b, mp, lp):
         a += W
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head):
     """:func:`_sum32` of ``xs[c0:c0 + cl]`` that also writes the log_softmax
     of the previous row over the same columns, ``os = (ps - mp) - lp``
@@ -276,7 +283,7 @@ def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head):
     return _sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3)  # the sum's last terms
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _put(os, j, v, nt):
     """A streaming store when ``nt``, else an ordinary one."""
     if nt:
@@ -285,14 +292,14 @@ def _put(os, j, v, nt):
         vstore(os, j, v)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _tail_terms(xs, k, count, m):
     """The terms of a partial vector: lanes past ``count`` are exactly 0."""
     e = exp_f32_sum(vload_part(xs, k, count, _NINF) - m)
     return where(lanes_below(count), e, _ZERO)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _sum64(xs, c0, cl, m):
     """``sum(exp_f64(x - m))`` of the exact float64 differences, 16 lanes."""
     wide_vectors()
@@ -312,7 +319,7 @@ def _sum64(xs, c0, cl, m):
     return reduce_add(lo + hi)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _has_nan(xs, c0, cl):
     for k in range(c0, c0 + cl):
         v = lane(vload_part(xs, k, 1, _ZERO), 0)
@@ -321,7 +328,7 @@ def _has_nan(xs, c0, cl):
     return False
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def chunk_sum_at(xs, cl, m, accurate):
     """``(m, s_c)`` in float64 for a chunk ``xs[:cl]`` whose max ``m`` is known."""
     if m == _NINF:
@@ -331,7 +338,7 @@ def chunk_sum_at(xs, cl, m, accurate):
     return np.float64(m), _sum32(xs, 0, cl, m)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def chunk_stats(xs, c0, cl, accurate):
     """``(m_c, s_c)`` of a chunk, both float64 (module doc)."""
     m = chunk_max(xs, c0, cl)
@@ -342,7 +349,7 @@ def chunk_stats(xs, c0, cl, accurate):
     return np.float64(m), _sum32(xs, c0, cl, m)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def merge(m, s, mc, sc):
     """Online-softmax merge of chunk stats ``(mc, sc)`` into ``(m, s)``."""
     if mc > m:
@@ -352,13 +359,13 @@ def merge(m, s, mc, sc):
     return m, s + sc * math.exp(mc - m)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def row_log(s):
     """``log(s)`` of a row sum by :func:`._math.log_f64` (the kernels' one log)."""
     return lane(log_f64(splat(s)), 0)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def forward_vec(x, a0, a1, b0, b1, c, d, op, accurate):
     """Pass 2 on one vector ``x`` (the arithmetic of :func:`write_forward`),
     from statistics that are scalars (a row) or vectors (a tile's columns):
@@ -374,7 +381,7 @@ def forward_vec(x, a0, a1, b0, b1, c, d, op, accurate):
     return exp_f32(x - c) * d
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def write_forward(xs, os, c0, cl, op, accurate, m, lg, inv, head=-1):
     """Pass 2 on ``[c0, c0 + cl)``: ``os = (x - m) - lg`` (log_softmax) or
     ``exp(x - m) * inv`` (softmax); ``m``, ``lg = log(s)``, ``inv = 1/s``
@@ -414,7 +421,7 @@ def write_forward(xs, os, c0, cl, op, accurate, m, lg, inv, head=-1):
         k += W
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def chunk_grad_sum(ds, ys, c0, cl, op):
     """float64 ``sum(diff_dst)`` (log_softmax) or ``sum(diff_dst * dst)``
     (softmax) of a chunk over :data:`GRAD_LANES` lanes (float32 products are
@@ -473,7 +480,7 @@ def chunk_grad_sum(ds, ys, c0, cl, op):
     return reduce_add((a0 + a2) + (a1 + a3))
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def write_backward(ds, ys, os, c0, cl, op, accurate, s, head=-1):
     """Pass 2 of the backward on ``[c0, c0 + cl)``: ``diff_dst - e**dst * S``
     (log_softmax, one rounding by FMA) or ``dst * (diff_dst - S)``; ``os``
@@ -528,7 +535,7 @@ def write_backward(ds, ys, os, c0, cl, op, accurate, s, head=-1):
         k += W
 
 
-@njit(inline="always", error_model="numpy")
+@njit(forceinline=True, error_model="numpy")
 def _backward_vec(d, y, op, ns32, s32):
     """Fast-path pass 2 of the backward on one vector."""
     if op == _LSM:
