@@ -6,7 +6,8 @@ from noise. This script imports an older tree's package under another
 name (``lsold``: a copy of its ``src/logsoftmax`` with the backend registry's
 module strings renamed) next to this tree's ``logsoftmax``, and times the
 two on the same arrays in alternating rounds. Each call writes into an
-output of its own library's allocation (``out=``), and each round repeats a
+output of its own library's allocation (``out=``; ``--numpy-out``: of
+``np.empty_like``), and each round repeats a
 call for at least 20 ms.
 
     git worktree add /tmp/old <rev>
@@ -57,9 +58,10 @@ def import_old(src: Path):
     return importlib.import_module("lsold")
 
 
-def calls(lib, kind, x, dd, axis):
-    """A no-argument call of ``lib`` on the problem, into ``lib``'s own output."""
-    out = lib.log_softmax(x, axis=axis)
+def calls(lib, kind, x, dd, axis, numpy_out=False):
+    """A no-argument call of ``lib`` on the problem, into ``lib``'s own output
+    (``numpy_out``: into an ``np.empty_like``, as a numpy user's ``out=``)."""
+    out = np.empty_like(x) if numpy_out else lib.log_softmax(x, axis=axis)
     if kind == "fwd":
         return lambda: lib.log_softmax(x, axis=axis, out=out), out
     y = lib.log_softmax(x, axis=axis)
@@ -70,6 +72,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--old", required=True, type=Path, help="an older checkout (its src/logsoftmax)")
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--numpy-out", action="store_true",
+                    help="out= arrays from np.empty_like (16 bytes past a line), not the library's pool")
     ap.add_argument("problems", nargs="*", default=DEFAULT)
     args = ap.parse_args(argv)
     import logsoftmax as new
@@ -85,7 +89,7 @@ def main(argv=None) -> None:
         dd = rng.standard_normal(shape, dtype=np.float32).astype(DTYPES[dt])
         fn, outs = {}, {}
         for tag, lib in (("new", new), ("old", old)):
-            fn[tag], outs[tag] = calls(lib, kind, x, dd, axis)
+            fn[tag], outs[tag] = calls(lib, kind, x, dd, axis, args.numpy_out)
             fn[tag]()
         same = np.array_equal(outs["new"].view(np.uint8), outs["old"].view(np.uint8))
         t = time.perf_counter()

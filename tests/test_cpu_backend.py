@@ -279,14 +279,16 @@ def test_thread_count_and_row_split_deterministic(shape):
 
 
 @pytest.mark.parametrize(
-    "dtype, n", [(F32, 32_771), (F32, 300), (F32, 100), (BF16, 32_771), (F16, 300)]
+    "dtype, n",
+    [(F32, 32_771), (F32, 300), (F32, 100), (F32, 24), (BF16, 32_771), (BF16, 112), (F16, 300)],
 )
 def test_streaming_stores_same_bits(dtype, n):
     """Outputs of >= ``alloc.STREAM_BYTES`` go out by streaming stores
     (aligned body, ordinary head and tail; short rows only when they start
-    on a line): the same bits as the ordinary stores of smaller calls, at
-    every alignment of ``out``, in place, forward and backward, softmax
-    too. Rows of odd lengths start at every alignment."""
+    on a line, or a batch of them as one span when they lie end to end):
+    the same bits as the ordinary stores of smaller calls, at every
+    alignment of ``out``, in place, forward and backward, softmax too. Rows
+    of odd lengths start at every alignment."""
     from logsoftmax.backends.cpu.alloc import STREAM_BYTES
 
     r = -(-STREAM_BYTES // (n * np.dtype(dtype).itemsize)) + 3
@@ -309,6 +311,8 @@ def test_streaming_stores_same_bits(dtype, n):
             o = buf[shift : shift + x.size].reshape(x.shape)
             _fwd("log_softmax", x, 1, o)
             assert np.array_equal(bits(o), bits(y)), shift
+            _fwd("softmax", x, 1, o)
+            assert np.array_equal(bits(o), bits(sm)), shift
             CPU.log_softmax_backward(dd, y, 1, o, dt)
             assert np.array_equal(bits(o), bits(g)), shift
             CPU.softmax_backward(dd, sm, 1, o, dt)
