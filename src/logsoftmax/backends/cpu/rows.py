@@ -171,6 +171,7 @@ def stage_for(buf, size, needed):
 @njit(cache=True, nogil=True, error_model="numpy")
 def row_stats(xs, n, accurate):
     """``(m, s)`` of a whole unit-stride row: chunk stats merged in order."""
+    wide_vectors()
     m, s = chunk_stats(xs, 0, min(n, CHUNK), accurate)
     for c0 in range(CHUNK, n, CHUNK):
         mc, sc = chunk_stats(xs, c0, min(n - c0, CHUNK), accurate)
@@ -196,6 +197,7 @@ def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
     arithmetic is the row-by-row loop's, so the bits are the same; in
     place, row ``r - 1`` is written after its own statistics pass and while
     row ``r`` (other memory) is read."""
+    wide_vectors()
     n = g[2]
     stream = streams(ob, g)
     xp = view(xb, row_offset(g, 0, r0), n)
@@ -232,6 +234,7 @@ def forward_range(xb, ob, g, op, accurate, r0, r1):
     same memory as ``xb`` with the same geometry (in place): every vector
     is read before it is written, and a staged row is gathered before its
     result is scattered back."""
+    wide_vectors()
     n = g[2]
     if (n > CHUNK and r1 - r0 > 1 and op == _LSM and not accurate
             and row_step(g, 0) == 1 and row_step(g, 1) == 1):
@@ -261,6 +264,7 @@ def forward_parallel(xb, ob, g, op, accurate, ntask):
 @njit(cache=True, nogil=True, error_model="numpy")
 def row_grad_sum(ds, ys, n, op):
     """float64 gradient sum of a whole row: chunk sums added in order."""
+    wide_vectors()
     s = 0.0
     for c0 in range(0, n, CHUNK):
         s += chunk_grad_sum(ds, ys, c0, min(n - c0, CHUNK), op)
@@ -273,6 +277,7 @@ def _backward_streaming(db, yb, ob, g, op, r0, r1):
     output is written by streaming stores (``segment.write_backward(head=)``;
     the same values). In place (``ob`` is ``db`` or ``yb``) too: each vector
     is read before its own line is written."""
+    wide_vectors()
     n = g[2]
     for r in range(r0, r1):
         ds = view(db, row_offset(g, 0, r), n)
@@ -286,6 +291,7 @@ def _backward_streaming(db, yb, ob, g, op, r0, r1):
 def backward_range(db, yb, ob, g, op, accurate, r0, r1):
     """Backward on rows ``[r0, r1)``; ``ob`` may be the memory of ``db`` or
     ``yb`` with the same geometry (in place, as :func:`forward_range`)."""
+    wide_vectors()
     n = g[2]
     if (n > CHUNK and not accurate and streams(ob, g)
             and row_step(g, 0) == 1 and row_step(g, 1) == 1 and row_step(g, 2) == 1):
@@ -532,6 +538,7 @@ def logsumexp_range(xb, rb, g, r0, r1):
     """float64 logsumexp of rows ``[r0, r1)`` into ``rb`` (operand 1 of ``g``,
     one element per row), from the accurate stats (float64 terms: the
     float32 result is rounded once from a ~2**-34 accurate value)."""
+    wide_vectors()
     n = g[2]
     xst = stage_for(xb, n, row_step(g, 0) != 1)
     for r in range(r0, r1):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._simd import view
+from ._simd import view, wide_vectors
 from .rows import row_grad_sum, row_offset, row_stats
 from .segment import (
     CHUNK,
@@ -59,6 +59,7 @@ def forward_stats(xb, g, accurate, pm, ps):
     n = g[2]
     nch = pm.shape[1]
     for it in prange(pm.shape[0] * nch):
+        wide_vectors()  # the prange body is a function of its own
         r = it // nch
         c0 = (it - r * nch) * CHUNK
         pm[r, it - r * nch], ps[r, it - r * nch] = chunk_stats(
@@ -70,6 +71,7 @@ def forward_stats(xb, g, accurate, pm, ps):
 def merge_rows(pm, ps, m, lg, inv):
     """Merge each row's chunk stats in chunk order (as :func:`.rows.row_stats`)
     into ``m``, ``lg = log(s)`` and ``inv = 1/s``."""
+    wide_vectors()
     for r in range(pm.shape[0]):
         mr = pm[r, 0]
         sr = ps[r, 0]
@@ -85,6 +87,7 @@ def forward_apply(xb, ob, g, op, accurate, nch, m, lg, inv):
     """Pass 2 of every ``(row, chunk)``, in parallel."""
     n = g[2]
     for it in prange(m.shape[0] * nch):
+        wide_vectors()  # the prange body is a function of its own
         r = it // nch
         c0 = (it - r * nch) * CHUNK
         cl = min(CHUNK, n - c0)
@@ -99,6 +102,7 @@ def backward_sums(db, yb, g, op, ps):
     n = g[2]
     nch = ps.shape[1]
     for it in prange(ps.shape[0] * nch):
+        wide_vectors()  # the prange body is a function of its own
         r = it // nch
         c0 = (it - r * nch) * CHUNK
         cl = min(CHUNK, n - c0)
@@ -112,6 +116,7 @@ def backward_apply(db, yb, ob, g, op, accurate, nch, s):
     """Pass 2 of the backward on every ``(row, chunk)``, in parallel."""
     n = g[2]
     for it in prange(s.shape[0] * nch):
+        wide_vectors()  # the prange body is a function of its own
         r = it // nch
         c0 = (it - r * nch) * CHUNK
         cl = min(CHUNK, n - c0)
@@ -124,6 +129,7 @@ def backward_apply(db, yb, ob, g, op, accurate, nch, s):
 @njit(**_KW)
 def block_stats(xb, g, accurate, m, s):
     """``m[r], s[r]``: float64 stats of every (unit-stride) row of a block."""
+    wide_vectors()
     n = g[2]
     for r in range(m.shape[0]):
         m[r], s[r] = row_stats(view(xb, row_offset(g, 0, r), n), n, accurate)
@@ -132,6 +138,7 @@ def block_stats(xb, g, accurate, m, s):
 @njit(**_KW)
 def block_apply(xb, ob, g, op, accurate, m, lg, inv):
     """Pass 2 of every row of a block given its merged ``(m, log s, 1/s)``."""
+    wide_vectors()
     n = g[2]
     for r in range(m.shape[0]):
         xs = view(xb, row_offset(g, 0, r), n)
@@ -143,6 +150,7 @@ def block_apply(xb, ob, g, op, accurate, m, lg, inv):
 def block_grad_sums(db, yb, g, op, s):
     """``s[r]``: float64 gradient sum of every (unit-stride) row of a block
     (chunk sums added in order, as :func:`.rows.row_grad_sum`)."""
+    wide_vectors()
     n = g[2]
     for r in range(s.shape[0]):
         s[r] = row_grad_sum(
@@ -153,6 +161,7 @@ def block_grad_sums(db, yb, g, op, s):
 @njit(**_KW)
 def block_backward_apply(db, yb, ob, g, op, accurate, s):
     """Pass 2 of the backward on every row of a block given its total ``s``."""
+    wide_vectors()
     n = g[2]
     for r in range(s.shape[0]):
         ds = view(db, row_offset(g, 0, r), n)
