@@ -83,6 +83,37 @@ def test_ffi_bits_equal_front_door(dtype):
                 np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
+def test_bridge_compiles_no_literal_specializations():
+    """The bridge's jitted dispatch passes the kernels typed constants, not
+    bare ``0`` / ``1`` / ``True``: a literal argument makes numba compile a
+    second specialization of the whole kernel (in a fresh clone the JAX
+    tests compiled every row and column kernel twice). The dispatch
+    functions are not cached, so calling them here types those calls anew."""
+    from numba import types
+
+    from logsoftmax.backends.cpu import columns as C
+    from logsoftmax.backends.cpu import float64 as F64
+    from logsoftmax.backends.cpu import rows as R
+    from logsoftmax.jax import _ffi
+
+    for shape, (outer, n, inner) in (((6, 9), (6, 9, 1)), ((6, 5000), (6, 5000, 1)), ((4, 6, 5), (4, 6, 5))):
+        xb = _rand(shape, np.float32).reshape(-1)
+        ob = np.empty_like(xb)
+        _ffi._forward(xb, ob, outer, n, inner, 0, np.bool_(True))
+        _ffi._backward(xb, xb, ob, outer, n, inner, 0, np.bool_(False))
+        _ffi._logsumexp(xb, np.empty(outer * inner, np.float32), outer, n, inner, np.bool_(True))
+        x64 = xb.astype(np.float64)
+        _ffi._forward64(x64, np.empty_like(x64), outer, n, inner, 0, np.bool_(False))
+        _ffi._logsumexp64(x64, np.empty(outer * inner), outer, n, inner, np.bool_(False))
+    kernels = (R.forward_short, R.forward_range, R.backward_short, R.backward_range,
+               R.logsumexp_range, R.row_stats, C.forward_tiles, C.backward_tiles,
+               C.logsumexp_tiles, F64.fwd_rows_serial, F64.fwd_inner_serial,
+               F64.lse_rows_serial, F64.lse_inner_serial)
+    for k in kernels:
+        for sig in k.signatures:
+            assert not any(isinstance(t, types.Literal) for t in sig), (k.__name__, sig)
+
+
 def test_logsumexp_non_adjacent_axes():
     xn = _rand((3, 4, 5, 6), np.float32)
     for axes in ((0, 2), (1, 3), (0, 1, 3)):

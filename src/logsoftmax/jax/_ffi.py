@@ -47,7 +47,7 @@ from ..backends.cpu import columns as C
 from ..backends.cpu import float64 as F64
 from ..backends.cpu import rows as R
 from ..backends.cpu import segment as S
-from ..backends.cpu._simd import store
+from ..backends.cpu._simd import I0, I1, store
 from ..backends.cpu.layout import storage_dtype
 
 __all__ = ["target", "KINDS"]
@@ -208,15 +208,6 @@ def _geometry(outer: int, n: int, inner: int, nops: int):
     return g
 
 
-# Typed constants for the kernels' arguments: a bare ``0`` or ``False`` passed
-# from jitted code reaches a cached kernel as a *literal* type, and numba
-# compiles a separate specialization of the whole kernel for it (the JAX
-# tests compiled every row and column kernel twice, ~100 s per dtype in a
-# fresh clone); numpy scalars type as plain int64 / bool.
-_FIRST = np.int64(0)  # the first row or tile
-_ONE = np.int64(1)  # a geometry's middle extent (n2)
-
-
 @njit
 def _tiles(g, J) -> int:
     return g[0] * ((g[3] + J - 1) // J)
@@ -227,11 +218,11 @@ def _forward(xb, ob, outer, n, inner, op, accurate):
     g = _geometry(outer, n, inner, 2)
     if g[3] > 1:
         J = C.tile_width(n, g[3])
-        C.forward_tiles(xb, ob, g, op, accurate, J, _FIRST, _tiles(g, J))
+        C.forward_tiles(xb, ob, g, op, accurate, J, I0, _tiles(g, J))
     elif n <= S.CHUNK:
-        R.forward_short(xb, ob, g, op, accurate, _FIRST, g[0])
+        R.forward_short(xb, ob, g, op, accurate, I0, g[0])
     else:
-        R.forward_range(xb, ob, g, op, accurate, _FIRST, g[0])
+        R.forward_range(xb, ob, g, op, accurate, I0, g[0])
 
 
 @njit
@@ -239,11 +230,11 @@ def _backward(db, yb, ob, outer, n, inner, op, accurate):
     g = _geometry(outer, n, inner, 3)
     if g[3] > 1:
         J = C.tile_width(n, g[3])
-        C.backward_tiles(db, yb, ob, g, op, accurate, J, _FIRST, _tiles(g, J))
+        C.backward_tiles(db, yb, ob, g, op, accurate, J, I0, _tiles(g, J))
     elif n <= S.CHUNK:
-        R.backward_short(db, yb, ob, g, op, accurate, _FIRST, g[0])
+        R.backward_short(db, yb, ob, g, op, accurate, I0, g[0])
     else:
-        R.backward_range(db, yb, ob, g, op, accurate, _FIRST, g[0])
+        R.backward_range(db, yb, ob, g, op, accurate, I0, g[0])
 
 
 @njit
@@ -258,10 +249,10 @@ def _logsumexp(xb, ob, outer, n, inner, accurate):
         if g[3] > 1:
             g[9 + 1] = inner
             J = C.tile_width(n, g[3])
-            C.logsumexp_tiles(xb, res, g, J, _FIRST, _tiles(g, J))
+            C.logsumexp_tiles(xb, res, g, J, I0, _tiles(g, J))
         else:
             g[9 + 1] = 1
-            R.logsumexp_range(xb, res, g, _FIRST, g[0])
+            R.logsumexp_range(xb, res, g, I0, g[0])
     for i in range(res.size):
         store(ob, i, res[i])
 
@@ -294,18 +285,18 @@ def _tile64(n: int, ni: int) -> int:
 def _forward64(xb, ob, outer, n, inner, op, accurate):
     n1, ni, g = _geometry64(outer, n, inner)
     if ni > 1:
-        F64.fwd_inner_serial(xb, g, ob, g, n1, _ONE, n, ni, op, _tile64(n, ni))
+        F64.fwd_inner_serial(xb, g, ob, g, n1, I1, n, ni, op, _tile64(n, ni))
     else:
-        F64.fwd_rows_serial(xb, g, ob, g, n1, _ONE, n, op, _NOT_IN_PLACE)
+        F64.fwd_rows_serial(xb, g, ob, g, n1, I1, n, op, _NOT_IN_PLACE)
 
 
 @njit
 def _backward64(db, yb, ob, outer, n, inner, op, accurate):
     n1, ni, g = _geometry64(outer, n, inner)
     if ni > 1:
-        F64.bwd_inner_serial(db, g, yb, g, ob, g, n1, _ONE, n, ni, op, _tile64(n, ni))
+        F64.bwd_inner_serial(db, g, yb, g, ob, g, n1, I1, n, ni, op, _tile64(n, ni))
     else:
-        F64.bwd_rows_serial(db, g, yb, g, ob, g, n1, _ONE, n, op, _NOT_IN_PLACE)
+        F64.bwd_rows_serial(db, g, yb, g, ob, g, n1, I1, n, op, _NOT_IN_PLACE)
 
 
 @njit
@@ -317,10 +308,10 @@ def _logsumexp64(xb, ob, outer, n, inner, accurate):
     rg = np.zeros(5, np.int64)
     if ni > 1:
         rg[1], rg[4] = inner, 1
-        F64.lse_inner_serial(xb, g, ob, rg, n1, _ONE, n, ni, _tile64(n, ni))
+        F64.lse_inner_serial(xb, g, ob, rg, n1, I1, n, ni, _tile64(n, ni))
     else:
         rg[1] = 1
-        F64.lse_rows_serial(xb, g, ob, rg, n1, _ONE, n)
+        F64.lse_rows_serial(xb, g, ob, rg, n1, I1, n)
 
 
 # --------------------------------------------------------------------------
@@ -345,6 +336,7 @@ def _fwd_handler(frame_p):
         if size > 0:
             xb = carray(_ptr(_i64(x + _BUF_DATA)), size, STORAGE)
             yb = carray(_ptr(_i64(y + _BUF_DATA)), size, STORAGE)
+            # np.bool_: a plain bool, not a literal (backends/cpu/_simd.I0)
             accurate = np.bool_(FLOAT32 and n <= S.SHORT)
             FORWARD(xb, yb, outer, n, inner, _attr(frame, ord("o")), accurate)
     return _ptr(0)  # NULL: no error

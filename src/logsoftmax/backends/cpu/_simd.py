@@ -42,6 +42,9 @@ from numba.extending import intrinsic, overload
 
 __all__ = [
     "wide_vectors",
+    "I0",
+    "I1",
+    "TRUE",
     "maxnum",
     "view",
     "elem_ptr",
@@ -61,6 +64,16 @@ __all__ = [
     "exp_dd",
     "log_dd",
 ]
+
+#: Constants passed from one jitted function to another. A bare ``0``, ``1``
+#: or ``True`` reaches a cached callee as a *literal* type, and numba then
+#: compiles a separate specialization of the callee (and of all it calls)
+#: for that literal: the JAX bridge compiled every row and column kernel
+#: twice (~100 s per dtype in a fresh clone). numpy scalars type as plain
+#: int64 / bool.
+I0 = np.int64(0)
+I1 = np.int64(1)
+TRUE = np.bool_(True)
 
 _F32 = types.float32
 _F64 = types.float64

@@ -25,7 +25,7 @@ from numba import njit, prange
 
 from .. import Op
 from ._math import exp_f32, exp_f32_sum, exp_f64, exp_f64_any, log_f64
-from ._simd import view, wide_vectors
+from ._simd import I0, TRUE, view, wide_vectors
 from ._vec import (
     W,
     hi_f64,
@@ -46,8 +46,6 @@ from ._vec import (
 )
 from .rows import stage_for, streams
 from .segment import (
-    ACCURATE,
-    INDEX0,
     CHUNK,
     GRAD_LANES,
     LANES32,
@@ -560,12 +558,12 @@ def logsumexp_tiles(xb, rb, g, J, t0, t1):
         xbase, xsn, xsi = _tile_geom(g, 0, t, ntile, J)
         rbase, _, rsi = _tile_geom(g, 1, t, ntile, J)
         jn = min(J, ni - (t % ntile) * J)
-        _column_stats(xb, xbase, xsn, xsi, n, jn, ACCURATE, acc32, acc64, mc, sc, m, s, xst, J)
+        _column_stats(xb, xbase, xsn, xsi, n, jn, TRUE, acc32, acc64, mc, sc, m, s, xst, J)
         for j in range(0, jn, W // 2):
             vstore_n(lg, j, log_f64(vload_n(s, j, jn - j, 1.0)), jn - j)
         for j in range(jn):
             if m[j] == np.inf:
-                nan = _col_nan(xb, xbase + j * xsi, xsn, n, INDEX0)
+                nan = _col_nan(xb, xbase + j * xsi, xsn, n, I0)
                 v = np.nan if nan else np.inf
             else:
                 v = m[j] + lg[j]

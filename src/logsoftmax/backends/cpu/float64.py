@@ -80,7 +80,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import InPlace, Op
-from ._simd import acc_dd, add_dd, log_dd, maxnum, store, two_sum, view
+from ._simd import I0, I1, acc_dd, add_dd, log_dd, maxnum, store, two_sum, view
 
 __all__ = [
     "CHUNK",
@@ -112,11 +112,6 @@ _GROUP = 8
 #: multiples of _VB and finish with an overlapping last block of _VB (max
 #: and y = f(x) are idempotent; in place takes :func:`_fwd_write_ip`).
 _VB = 64
-
-#: 0 and 1 as arguments between jitted functions (not literals: see
-#: ``segment.ACCURATE``)
-_I0 = np.int64(0)
-_I1 = np.int64(1)
 
 _KW = dict(cache=True, nogil=True, error_model="numpy")
 _PKW = dict(cache=True, nogil=True, error_model="numpy", parallel=True)
@@ -209,7 +204,7 @@ def _chunk_stats(seg):
     n = seg.shape[0]
     m = _seg_max(seg)
     if m == -np.inf:
-        return m, (np.nan if _has_nan(seg, _I0, n, _I1) else 0.0), 0.0
+        return m, (np.nan if _has_nan(seg, I0, n, I1) else 0.0), 0.0
     hi = 0.0
     lo = 0.0
     for k in range(n):
@@ -470,7 +465,7 @@ def _lse_rows_unit(xb, xg, rb, rg, n2, n, rr):
     for r in rr:
         xs = view(xb, _row_off(xg, r, n2), n)
         m, s, lo = _row_stats(xs)
-        rb[_row_off(rg, r, n2)] = _lse_value(xs, _I0, n, _I1, m, s, lo)
+        rb[_row_off(rg, r, n2)] = _lse_value(xs, I0, n, I1, m, s, lo)
 
 
 @njit(**_KW)
@@ -525,7 +520,7 @@ def lse_rows(xb, xg, rb, rg, n1, n2, n):
         for r in _task_rows(task, ntask, rows):
             xs = _row(xb, xg, _row_off(xg, r, n2), n, xst)
             m, s, lo = _row_stats(xs)
-            rb[_row_off(rg, r, n2)] = _lse_value(xs, _I0, n, _I1, m, s, lo)
+            rb[_row_off(rg, r, n2)] = _lse_value(xs, I0, n, I1, m, s, lo)
 
 
 @_parallel_and_serial

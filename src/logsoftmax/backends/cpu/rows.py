@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit, prange
 
 from ._math import log_f64
-from ._simd import view, wide_vectors
+from ._simd import TRUE, view, wide_vectors
 from ._vec import (
     W,
     lane,
@@ -39,7 +39,6 @@ from ._vec import (
 from .. import Op
 from .alloc import STREAM_BYTES
 from .segment import (
-    ACCURATE,
     CHUNK,
     chunk_grad_sum,
     chunk_max,
@@ -543,7 +542,7 @@ def logsumexp_range(xb, rb, g, r0, r1):
     xst = stage_for(xb, n, row_step(g, 0) != 1)
     for r in range(r0, r1):
         xs = operand(xb, g, 0, r, n, xst)
-        m, s = row_stats(xs, n, ACCURATE)
+        m, s = row_stats(xs, n, TRUE)
         rb[row_offset(g, 1, r)] = lse_value(m, s, m == np.inf and _row_has_nan(xs, n))
 
 

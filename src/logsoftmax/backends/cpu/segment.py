@@ -86,8 +86,6 @@ __all__ = [
     "CHUNK",
     "SHORT",
     "SHORT_BACKWARD",
-    "ACCURATE",
-    "INDEX0",
     "LANES32",
     "LANES64",
     "GRAD_LANES",
@@ -132,11 +130,6 @@ _LINE = 16
 #: its own size, as ``vmovntps``/``vmovntdq`` require)
 _STREAM_ALIGN = 64
 _LSM = Op.LOG_SOFTMAX
-#: ``True`` and ``0`` as arguments from one jitted function to another: a bare
-#: constant reaches the callee as a *literal* type, and numba compiles a
-#: separate specialization of it (and of all it calls) for that literal
-ACCURATE = np.bool_(True)
-INDEX0 = np.int64(0)
 
 
 @njit(forceinline=True, error_model="numpy")
