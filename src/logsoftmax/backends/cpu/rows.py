@@ -396,8 +396,8 @@ def _write_span(xb, ob, xo, oo, n, nb, op, accurate, m, lg, inv):
     row's statistics and the two blended lane by lane (the same values as
     :func:`.segment.write_forward` row by row). Row by row, such shared
     lines took ordinary stores, each reading its line from memory first:
-    every line of 224-byte bfloat16 rows that start off a line, or two per
-    row of a numpy ``out=`` (16 bytes past a line). Returns False, writing
+    two per row of a numpy ``out=`` (16 bytes past a line), or of rows
+    that are not whole lines (1000-byte float32 rows). Returns False, writing
     nothing, when ``ob``'s elements are not aligned to their size."""
     total = nb * n
     xs = view(xb, xo, total)
