@@ -45,6 +45,7 @@ from .segment import (
     chunk_stats,
     chunk_sum_at,
     forward_vec,
+    grad_sum_writing,
     merge,
     row_log,
     stream_end,
@@ -271,18 +272,34 @@ def row_grad_sum(ds, ys, n, op):
 
 
 @njit(forceinline=True, error_model="numpy")
-def _backward_streaming(db, yb, ob, g, op, r0, r1):
+def _backward_pipelined(db, yb, ob, g, op, r0, r1):
     """:func:`backward_range` of long unit-stride rows, fast path, whose
-    output is written by streaming stores (``segment.write_backward(head=)``;
-    the same values). In place (``ob`` is ``db`` or ``yb``) too: each vector
-    is read before its own line is written."""
+    output is written by streaming stores: the gradient sum of row ``r``
+    (:func:`.segment.grad_sum_writing`) writes row ``r - 1``'s result as it
+    goes, as :func:`_forward_pipelined` does for the forward. Row by row,
+    the sum is a read of two streams from memory with one add per element
+    and the write pass an exponential per element from cache, and the
+    backward took about the sum of the two. Each row's sum and values are
+    the row-by-row loop's, so the bits are the same; in place (``ob`` is
+    ``db`` or ``yb``) each vector is read before its own line is written,
+    and row ``r - 1`` is written while row ``r`` (other memory) is read."""
     wide_vectors()
     n = g[2]
-    for r in range(r0, r1):
+    dp = view(db, row_offset(g, 0, r0), n)
+    yp = view(yb, row_offset(g, 1, r0), n)
+    s = row_grad_sum(dp, yp, n, op)
+    for r in range(r0 + 1, r1):
         ds = view(db, row_offset(g, 0, r), n)
         ys = view(yb, row_offset(g, 1, r), n)
-        os = view(ob, row_offset(g, 2, r), n)
-        write_backward(ds, ys, os, 0, n, op, False, row_grad_sum(ds, ys, n, op), stream_head(os, 0))
+        prev = view(ob, row_offset(g, 2, r - 1), n)
+        head = stream_head(prev, 0)
+        ns32, s32 = np.float32(-s), np.float32(s)
+        s = 0.0  # chunk sums added in order, as row_grad_sum
+        for c0 in range(0, n, CHUNK):
+            s += grad_sum_writing(ds, ys, c0, min(n - c0, CHUNK), op, dp, yp, prev, ns32, s32, head)
+        dp, yp = ds, ys
+    os = view(ob, row_offset(g, 2, r1 - 1), n)
+    write_backward(dp, yp, os, 0, n, op, False, s, stream_head(os, 0))
     sfence()
 
 
@@ -294,7 +311,7 @@ def backward_range(db, yb, ob, g, op, accurate, r0, r1):
     n = g[2]
     if (n > CHUNK and not accurate and streams(ob, g)
             and row_step(g, 0) == 1 and row_step(g, 1) == 1 and row_step(g, 2) == 1):
-        _backward_streaming(db, yb, ob, g, op, r0, r1)
+        _backward_pipelined(db, yb, ob, g, op, r0, r1)
         return
     dst_ = stage_for(db, n, row_step(g, 0) != 1)
     yst = stage_for(yb, n, row_step(g, 1) != 1)

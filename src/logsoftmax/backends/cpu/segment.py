@@ -99,6 +99,7 @@ __all__ = [
     "row_log",
     "write_forward",
     "chunk_grad_sum",
+    "grad_sum_writing",
     "write_backward",
 ]
 
@@ -397,7 +398,7 @@ def write_forward(xs, os, c0, cl, op, accurate, m, lg, inv, head=-1):
             vstore_n(os, k, forward_vec(v, m, m, b, b, m32, b32, op, accurate), h - k)
             k += W
         k = h
-        e = stream_end(os, h, end)
+        e = stream_end(os, k, end)
         while k < e:
             vstore_nt(os, k, forward_vec(vload(xs, k), m, m, b, b, m32, b32, op, accurate))
             k += W
@@ -423,54 +424,88 @@ def chunk_grad_sum(ds, ys, c0, cl, op):
     latency). The log_softmax sum also prefetches ``dst`` (pass 2 reads it
     next, from cache instead of memory)."""
     wide_vectors()
+    z = splat(0.0)
+    return _grad_sum_rest(ds, ys, c0, c0 + cl, op, z, z, z, z)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _grad_step(ds, ys, k, op, a0, a1, a2, a3):
+    """Terms ``k .. k + 2W`` of :func:`chunk_grad_sum` into its four lanes."""
+    d = vload(ds, k)
+    e = vload(ds, k + W)
+    if op == _LSM:
+        prefetch(ys, k)
+        prefetch(ys, k + W)
+        return a0 + lo_f64(d), a1 + hi_f64(d), a2 + lo_f64(e), a3 + hi_f64(e)
+    y = vload(ys, k)
+    z = vload(ys, k + W)
+    return (a0 + lo_f64(d) * lo_f64(y), a1 + hi_f64(d) * hi_f64(y),
+            a2 + lo_f64(e) * lo_f64(z), a3 + hi_f64(e) * hi_f64(z))
+
+
+@njit(forceinline=True, error_model="numpy")
+def _grad_part(ds, ys, k, count, op, lo, hi):
+    """A partial vector's terms into two lanes (masked-off lanes add 0)."""
+    d = vload_n(ds, k, count, _ZERO)
+    if op == _LSM:
+        return lo + lo_f64(d), hi + hi_f64(d)
+    y = vload_n(ys, k, count, _ZERO)
+    return lo + lo_f64(d) * lo_f64(y), hi + hi_f64(d) * hi_f64(y)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _grad_sum_rest(ds, ys, k, end, op, a0, a1, a2, a3):
+    """:func:`chunk_grad_sum` from element ``k`` to ``end`` (accumulators
+    given), then the lanes' tree."""
+    while k + 2 * W <= end:
+        a0, a1, a2, a3 = _grad_step(ds, ys, k, op, a0, a1, a2, a3)
+        k += 2 * W
+    if k < end:
+        a0, a1 = _grad_part(ds, ys, k, end - k, op, a0, a1)
+    if k + W < end:
+        a2, a3 = _grad_part(ds, ys, k + W, end - k - W, op, a2, a3)
+    # lanes l and l + 16, then the tree of the 16 that remain
+    return reduce_add((a0 + a2) + (a1 + a3))
+
+
+@njit(forceinline=True, error_model="numpy")
+def grad_sum_writing(ds, ys, c0, cl, op, pd, py, os, ns32, s32, head):
+    """:func:`chunk_grad_sum` of this row's ``ds``/``ys[c0:c0 + cl]`` that
+    also writes the previous row's pass 2 over the same columns (``pd``,
+    ``py`` -> ``os``, fast path, :func:`write_backward`'s values), one
+    output vector per input vector, as :func:`sum32_writing` does for the
+    forward: the memory-bound sum of the next row runs under the exp-bound
+    writes of this one instead of after them. ``head``: as
+    :func:`sum32_writing` (streaming stores from ``os[c0 + head]``; two
+    vectors per step, so whole lines for 16-bit outputs too)."""
+    wide_vectors()
     a0 = splat(0.0)
     a1 = a0
     a2 = a0
     a3 = a0
+    nt = head >= 0
+    head = min(head, cl) if nt else 0
     end = c0 + cl
+    _store_backward(pd, py, os, c0, c0 + head, op, ns32, s32)
     k = c0
-    if op == _LSM:
-        while k + 2 * W <= end:
-            prefetch(ys, k)
-            prefetch(ys, k + W)
-            d = vload(ds, k)
-            e = vload(ds, k + W)
-            a0 = a0 + lo_f64(d)
-            a1 = a1 + hi_f64(d)
-            a2 = a2 + lo_f64(e)
-            a3 = a3 + hi_f64(e)
-            k += 2 * W
-        if k < end:
-            d = vload_n(ds, k, end - k, _ZERO)
-            a0 = a0 + lo_f64(d)
-            a1 = a1 + hi_f64(d)
-        if k + W < end:
-            e = vload_n(ds, k + W, end - k - W, _ZERO)
-            a2 = a2 + lo_f64(e)
-            a3 = a3 + hi_f64(e)
-    else:
-        while k + 2 * W <= end:
-            d = vload(ds, k)
-            y = vload(ys, k)
-            e = vload(ds, k + W)
-            z = vload(ys, k + W)
-            a0 = a0 + lo_f64(d) * lo_f64(y)
-            a1 = a1 + hi_f64(d) * hi_f64(y)
-            a2 = a2 + lo_f64(e) * lo_f64(z)
-            a3 = a3 + hi_f64(e) * hi_f64(z)
-            k += 2 * W
-        if k < end:
-            d = vload_n(ds, k, end - k, _ZERO)
-            y = vload_n(ys, k, end - k, _ZERO)
-            a0 = a0 + lo_f64(d) * lo_f64(y)
-            a1 = a1 + hi_f64(d) * hi_f64(y)
-        if k + W < end:
-            e = vload_n(ds, k + W, end - k - W, _ZERO)
-            z = vload_n(ys, k + W, end - k - W, _ZERO)
-            a2 = a2 + lo_f64(e) * lo_f64(z)
-            a3 = a3 + hi_f64(e) * hi_f64(z)
-    # lanes l and l + 16, then the tree of the 16 that remain
-    return reduce_add((a0 + a2) + (a1 + a3))
+    while k + 2 * W <= end - head:
+        j = k + head  # the store side runs ``head`` elements ahead: aligned
+        a0, a1, a2, a3 = _grad_step(ds, ys, k, op, a0, a1, a2, a3)
+        _put(os, j, _backward_vec(vload(pd, j), vload(py, j), op, ns32, s32), nt)
+        _put(os, j + W, _backward_vec(vload(pd, j + W), vload(py, j + W), op, ns32, s32), nt)
+        k += 2 * W
+    _store_backward(pd, py, os, k + head, end, op, ns32, s32)
+    return _grad_sum_rest(ds, ys, k, end, op, a0, a1, a2, a3)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _store_backward(ds, ys, os, a, b, op, ns32, s32):
+    """Fast-path pass 2 on ``[a, b)`` with ordinary (masked) stores."""
+    while a < b:
+        d = vload_n(ds, a, b - a, _ZERO)
+        y = vload_n(ys, a, b - a, _ZERO)
+        vstore_n(os, a, _backward_vec(d, y, op, ns32, s32), b - a)
+        a += W
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -505,14 +540,9 @@ def write_backward(ds, ys, os, c0, cl, op, accurate, s, head=-1):
     ns32 = np.float32(-s)
     s32 = np.float32(s)
     if head >= 0:
-        h = min(c0 + head, end)
-        while k < h:
-            d = vload_n(ds, k, h - k, _ZERO)
-            y = vload_n(ys, k, h - k, _ZERO)
-            vstore_n(os, k, _backward_vec(d, y, op, ns32, s32), h - k)
-            k += W
-        k = h
-        e = stream_end(os, h, end)
+        k = min(c0 + head, end)
+        _store_backward(ds, ys, os, c0, k, op, ns32, s32)
+        e = stream_end(os, k, end)
         while k < e:
             vstore_nt(os, k, _backward_vec(vload(ds, k), vload(ys, k), op, ns32, s32))
             k += W
@@ -521,11 +551,7 @@ def write_backward(ds, ys, os, c0, cl, op, accurate, s, head=-1):
             prefetch_w(os, k + 16 * W)
             vstore(os, k, _backward_vec(vload(ds, k), vload(ys, k), op, ns32, s32))
             k += W
-    while k < end:
-        d = vload_n(ds, k, end - k, _ZERO)
-        y = vload_n(ys, k, end - k, _ZERO)
-        vstore_n(os, k, _backward_vec(d, y, op, ns32, s32), end - k)
-        k += W
+    _store_backward(ds, ys, os, k, end, op, ns32, s32)
 
 
 @njit(forceinline=True, error_model="numpy")
