@@ -325,17 +325,28 @@ def test_streaming_stores_same_bits(dtype, n):
     _with_threads(1, run)
 
 
-@pytest.mark.parametrize("dtype", [F32, BF16], ids=dtypes.name_of)
-def test_streaming_column_stores_same_bits(dtype):
-    """The column kernel streams big outputs too (each tile row from its
-    first 64-byte boundary): the same bits as small calls on slices."""
+@pytest.mark.parametrize("dtype, c", [(F32, 64), (BF16, 64), (F32, 40)])
+def test_streaming_column_stores_same_bits(dtype, c):
+    """The column kernels stream big outputs too (each tile row from its
+    first 64-byte boundary), forward and backward: the same bits as small
+    calls on slices, at two alignments of ``out`` and in place (40
+    channels: the float32 backward's accurate path)."""
     from logsoftmax.backends.cpu.alloc import STREAM_BYTES
 
-    c, w = 64, 1000  # NCHW-like: axis 1, inner 1000 columns (tiles of 1000)
-    outer = -(-STREAM_BYTES // (c * w * np.dtype(dtype).itemsize)) + 1
-    x = (np.random.default_rng(17).standard_normal((outer, c, w)) * 3).astype(dtype)
-    ref = np.concatenate([_fwd("log_softmax", x[i : i + 1], 1) for i in range(outer)])
-    sm = np.concatenate([_fwd("softmax", x[i : i + 1], 1) for i in range(outer)])
+    w = 1000  # NCHW-like: axis 1, inner 1000 columns (tiles of 1000)
+    dt = np.dtype(dtype)
+    outer = -(-STREAM_BYTES // (c * w * dt.itemsize)) + 1
+    rng = np.random.default_rng(17)
+    x = (rng.standard_normal((outer, c, w)) * 3).astype(dtype)
+    dd = rng.standard_normal(x.shape).astype(dtype)
+
+    def slices(fn, *a):
+        return np.concatenate([fn(*(v[i : i + 1] for v in a)) for i in range(outer)])
+
+    ref = slices(lambda v: _fwd("log_softmax", v, 1), x)
+    sm = slices(lambda v: _fwd("softmax", v, 1), x)
+    g = slices(lambda d, v: CPU.log_softmax_backward(d, v, 1, None, dt), dd, ref)
+    gs = slices(lambda d, v: CPU.softmax_backward(d, v, 1, None, dt), dd, sm)
     buf = np.empty(x.size + 64, dtype)
     for shift in (0, 3):
         o = buf[shift : shift + x.size].reshape(x.shape)
@@ -343,9 +354,14 @@ def test_streaming_column_stores_same_bits(dtype):
         assert np.array_equal(bits(o), bits(ref)), shift
         _fwd("softmax", x, 1, o)
         assert np.array_equal(bits(o), bits(sm)), shift
-    xi = x.copy()
+        CPU.log_softmax_backward(dd, ref, 1, o, dt)
+        assert np.array_equal(bits(o), bits(g)), shift
+        CPU.softmax_backward(dd, sm, 1, o, dt)
+        assert np.array_equal(bits(o), bits(gs)), shift
+    xi, di = x.copy(), dd.copy()
     _fwd("log_softmax", xi, 1, xi)
-    assert np.array_equal(bits(xi), bits(ref))
+    CPU.log_softmax_backward(di, ref, 1, di, dt)
+    assert np.array_equal(bits(xi), bits(ref)) and np.array_equal(bits(di), bits(g))
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=dtypes.name_of)

@@ -456,33 +456,56 @@ def _tile_grad_sum(db, pd, dsn, yb, py, ysn, cl, jn, op, acc64, sc, J):
         sc[j] = acc64[j]
 
 
+@njit(forceinline=True, error_model="numpy")
+def _grad_vec(d, y, sl, sh, sa, op, accurate):
+    """Pass 2 of the backward on one vector of a tile row, from loaded
+    column statistics: float64 ``sl``, ``sh`` (accurate), float32 ``sa``."""
+    if accurate:
+        if op == _LSM:
+            return join_f32(
+                vfma(exp_f64_any(lo_f64(y)), -sl, lo_f64(d)),
+                vfma(exp_f64_any(hi_f64(y)), -sh, hi_f64(d)),
+            )
+        return join_f32(lo_f64(y) * (lo_f64(d) - sl), hi_f64(y) * (hi_f64(d) - sh))
+    if op == _LSM:
+        return vfma(exp_f32(y), -sa, d)
+    return y * (d - sa)
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
-def _tile_grad_write(db, pd, dsn, yb, py, ysn, ob, q, qsn, cl, jn, op, accurate, s, sa):
+def _tile_grad_write(db, pd, dsn, yb, py, ysn, ob, q, qsn, cl, jn, op, accurate, s, sa, stream):
     """Pass 2 of the backward on a chunk of a tile (per column as
-    :func:`.segment.write_backward`)."""
+    :func:`.segment.write_backward`); ``stream``: each output row by
+    streaming stores from its first 64-byte boundary, as :func:`_tile_write`."""
     wide_vectors()
     for k in range(cl):
-        if jn <= _AHEAD_COLS:  # (as _tile_write)
-            for j in range(0, jn, W):
-                prefetch_w(ob, q + (k + _AHEAD) * qsn + j)
-        for j in range(0, jn, W):
-            d = vload_n(db, pd + k * dsn + j, jn - j, _ZERO)
-            y = vload_n(yb, py + k * ysn + j, jn - j, _ZERO)
-            if accurate:
-                sl = vload(s, j)
-                sh = vload(s, j + W // 2)
-                if op == _LSM:
-                    g_ = join_f32(
-                        vfma(exp_f64_any(lo_f64(y)), -sl, lo_f64(d)),
-                        vfma(exp_f64_any(hi_f64(y)), -sh, hi_f64(d)),
-                    )
-                else:
-                    g_ = join_f32(lo_f64(y) * (lo_f64(d) - sl), hi_f64(y) * (hi_f64(d) - sh))
-            elif op == _LSM:
-                g_ = vfma(exp_f32(y), -vload(sa, j), d)
-            else:
-                g_ = y * (d - vload(sa, j))
-            vstore_n(ob, q + k * qsn + j, g_, jn - j)
+        pdk = pd + k * dsn
+        pyk = py + k * ysn
+        po = q + k * qsn
+        head = stream_head(ob, po) if stream else -1
+        if head < 0:
+            if jn <= _AHEAD_COLS:  # (as _tile_write)
+                for j in range(0, jn, W):
+                    prefetch_w(ob, po + _AHEAD * qsn + j)
+            j = 0
+            end = 0
+        else:
+            j = min(head, jn)
+            end = stream_end(ob, po + j, po + jn) - po
+            for i in range(0, j, W):  # the ordinary head
+                g_ = _grad_vec(vload_n(db, pdk + i, j - i, _ZERO), vload_n(yb, pyk + i, j - i, _ZERO),
+                               vload(s, i), vload(s, i + W // 2), vload(sa, i), op, accurate)
+                vstore_n(ob, po + i, g_, j - i)
+            while j < end:
+                g_ = _grad_vec(vload(db, pdk + j), vload(yb, pyk + j),
+                               vload(s, j), vload(s, j + W // 2), vload(sa, j), op, accurate)
+                vstore_nt(ob, po + j, g_)
+                j += W
+        while j < jn:
+            g_ = _grad_vec(vload_n(db, pdk + j, jn - j, _ZERO), vload_n(yb, pyk + j, jn - j, _ZERO),
+                           vload(s, j), vload(s, j + W // 2), vload(sa, j), op, accurate)
+            vstore_n(ob, po + j, g_, jn - j)
+            j += W
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -494,14 +517,17 @@ def backward_tiles(db, yb, ob, g, op, accurate, J, t0, t1):
     ni = g[3]
     ntile = (ni + J - 1) // J
     ccl = min(n, CHUNK)
-    f64s = np.empty((GRAD_LANES + 2) * J)
+    # (+ W: a streamed row's last vector starts off the W grid and reads
+    # its column statistics up to W - 1 past J, as in forward_tiles)
+    f64s = np.empty((GRAD_LANES + 2) * J + W)
     acc64 = f64s[: GRAD_LANES * J]
     sc = f64s[GRAD_LANES * J : (GRAD_LANES + 1) * J]
     s = f64s[(GRAD_LANES + 1) * J :]
-    sa = np.empty(J, np.float32)
+    sa = np.empty(J + W, np.float32)
     dst_ = stage_for(db, ccl * J, g[8] != 1)
     yst = stage_for(yb, ccl * J, g[13] != 1)
     ost = stage_for(ob, ccl * J, g[18] != 1)
+    stream = streams(ob, g) and J * ob.itemsize >= 1024  # (as forward_tiles)
     for t in range(t0, t1):
         dbase, dsn, dsi = _tile_geom(g, 0, t, ntile, J)
         ybase, ysn, ysi = _tile_geom(g, 1, t, ntile, J)
@@ -526,9 +552,12 @@ def backward_tiles(db, yb, ob, g, op, accurate, J, t0, t1):
                 ot, q, qsn = ob, obase + c0 * osn, osn
             else:
                 ot, q, qsn = ost, 0, J
-            _tile_grad_write(bd, pd, sd, by, py, sy, ot, q, qsn, cl, jn, op, accurate, s, sa)
+            _tile_grad_write(bd, pd, sd, by, py, sy, ot, q, qsn, cl, jn, op, accurate, s, sa,
+                             stream and osi == 1)
             if osi != 1:
                 _stage_out(ost, ob, obase, osn, osi, c0, cl, jn, J)
+    if stream:
+        sfence()
 
 
 @njit(cache=True, nogil=True, parallel=True, error_model="numpy")
