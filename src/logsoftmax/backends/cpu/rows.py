@@ -28,6 +28,7 @@ from ._vec import (
     lane,
     lanes_below,
     prefetch_l2,
+    prefetch_w,
     sfence,
     vload,
     vload_n,
@@ -208,15 +209,18 @@ def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
         head = stream_head(prev, 0) if stream else -1
         mp, lg, inv = m, row_log(s), 1.0 / s
         mp32, lp32 = np.float32(mp), np.float32(lg)
+        h = max(head, 0)
+        write_forward(xp, prev, 0, min(h, n), op, accurate, mp, lg, inv)  # before the first line
         first = True
         for c0 in range(0, n, CHUNK):
             cl = min(n - c0, CHUNK)
             mc = np.float64(chunk_max(xs, c0, cl))
             if mc == -np.inf:  # rare: chunk_stats' rules, then the writes
                 mc, sc = chunk_stats(xs, c0, cl, accurate)
-                write_forward(xp, prev, c0, cl, op, accurate, mp, lg, inv)
+                lo = min(c0 + h, n)
+                write_forward(xp, prev, lo, min(c0 + cl + h, n) - lo, op, accurate, mp, lg, inv)
             else:
-                sc = sum32_writing(xs, c0, cl, np.float32(mc), xp, prev, mp32, lp32, head)
+                sc = sum32_writing(xs, c0, cl, np.float32(mc), xp, prev, mp32, lp32, head, n)
             if first:
                 m, s, first = mc, sc, False
             else:
@@ -301,10 +305,14 @@ def _backward_pipelined(db, yb, ob, g, op, r0, r1, stream):
         ds = view(db, _at(g, 0, i1, i2), n)
         ys = view(yb, _at(g, 1, i1, i2), n)
         head = _row_head(prev, n, stream)
+        if head > 0:  # claim the next row's partial first and last lines
+            prefetch_w(ob, _at(g, 2, i1, i2))
+            prefetch_w(ob, _at(g, 2, i1, i2) + n - 1)
         ns32, s32 = np.float32(-s), np.float32(s)
+        write_backward(dp, yp, prev, 0, min(max(head, 0), n), op, False, s)  # before the first line
         s = 0.0  # chunk sums added in order, as row_grad_sum
         for c0 in range(0, n, CHUNK):
-            s += grad_sum_writing(ds, ys, c0, min(n - c0, CHUNK), op, dp, yp, prev, ns32, s32, head)
+            s += grad_sum_writing(ds, ys, c0, min(n - c0, CHUNK), op, dp, yp, prev, ns32, s32, head, n)
         dp, yp = ds, ys
     os = view(ob, _at(g, 2, i1, i2), n)
     write_backward(dp, yp, os, 0, n, op, False, s, _row_head(os, n, stream))

@@ -234,47 +234,88 @@ def _store_range(os, ps, a, b, mp, lp):
 
 
 @njit(forceinline=True, error_model="numpy")
-def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head):
+def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n):
     """:func:`_sum32` of ``xs[c0:c0 + cl]`` that also writes the log_softmax
-    of the previous row over the same columns, ``os = (ps - mp) - lp``
-    (float32 ``mp``, ``lp``), one output vector per input vector: the stores
-    drain while the exponentials compute instead of in a burst of their own
-    (see :func:`.rows.forward_range`). The sum is :func:`_sum32`'s, to the
-    bit; the writes are :func:`write_forward`'s.
+    of the previous row (``n`` elements) over the same columns, ``os = (ps
+    - mp) - lp`` (float32 ``mp``, ``lp``), one output vector per input
+    vector: the stores drain while the exponentials compute instead of in a
+    burst of their own (see :func:`.rows.forward_range`). The sum is
+    :func:`_sum32`'s, to the bit; the writes are :func:`write_forward`'s.
 
-    ``head >= 0`` (from :func:`stream_head`): the output goes by streaming
-    stores from ``os[c0 + head]`` (64-byte aligned), the ``head`` elements
-    before it and the last partial vectors by ordinary ones. A streaming
-    store sends its line to memory without reading it first: 4096x32000
-    float32, 2 threads, the forward took 41.2 ms with ordinary stores and
-    30.7 with streaming ones (``benchmarks/vocab_limits.py``: the write pass
-    alone 40.0 ms against 25.4 for a streaming copy)."""
+    ``head >= 0`` (from :func:`stream_head` of the row): the output goes by
+    streaming stores, and the store side runs ``head`` elements ahead of
+    the read side, on ``[c0 + head, c0 + cl + head)`` (cut at ``n``), so
+    that it stays on 64-byte lines across chunks; the caller writes the
+    row's first ``head`` elements, and the row's last partial line goes by
+    ordinary stores. A streaming store sends its line to memory without
+    reading it first: 4096x32000 float32, 2 threads, the forward took 41.2
+    ms with ordinary stores and 30.7 with streaming ones
+    (``benchmarks/vocab_limits.py``: the write pass alone 40.0 ms against
+    25.4 for a streaming copy). Stores that stopped at each chunk's end
+    left two lines per chunk to ordinary stores, each reading its line
+    from memory while the stores behind it waited: into a numpy ``out=``
+    (16 bytes past a line) 4096x32000 bfloat16 took 1.19x as long as into
+    a page-aligned one (AMD EPYC, LLVM znver4)."""
     wide_vectors()
     a0 = splat(_ZERO)
     a1 = a0
     a2 = a0
     a3 = a0
-    k = 0
     ahead = c0 + CHUNK  # the next chunk, on its way in while this one computes
     nt = head >= 0
-    head = min(head, cl) if nt else 0
-    _store_range(os, ps, c0, c0 + head, mp, lp)
-    while k + 4 * W <= cl - head:
+    lo, hi, e = _store_window(os, c0, cl, head, n)
+    y0 = a0  # each step stores the step before's results, after its own loads
+    y1 = a0
+    y2 = a0
+    y3 = a0
+    k = 0
+    while k + 4 * W <= cl and lo + k + 4 * W <= e:
         for q in range(0, 4 * W, _LINE):
             prefetch(xs, ahead + k + q)
         i = c0 + k  # (no prefetchw on ``os`` here: 41.7 ms without, 43.8 with)
-        j = i + head  # the store side runs ``head`` elements ahead: aligned
+        j = lo + k
+        p0 = vload(ps, j)
+        p1 = vload(ps, j + W)
+        p2 = vload(ps, j + 2 * W)
+        p3 = vload(ps, j + 3 * W)
         a0 = a0 + exp_f32_sum(vload(xs, i) - m)
-        _put(os, j, (vload(ps, j) - mp) - lp, nt)
+        if k > 0:
+            _put(os, j - 4 * W, y0, nt)
         a1 = a1 + exp_f32_sum(vload(xs, i + W) - m)
-        _put(os, j + W, (vload(ps, j + W) - mp) - lp, nt)
+        if k > 0:
+            _put(os, j - 3 * W, y1, nt)
         a2 = a2 + exp_f32_sum(vload(xs, i + 2 * W) - m)
-        _put(os, j + 2 * W, (vload(ps, j + 2 * W) - mp) - lp, nt)
+        if k > 0:
+            _put(os, j - 2 * W, y2, nt)
         a3 = a3 + exp_f32_sum(vload(xs, i + 3 * W) - m)
-        _put(os, j + 3 * W, (vload(ps, j + 3 * W) - mp) - lp, nt)
+        if k > 0:
+            _put(os, j - W, y3, nt)
+        y0 = (p0 - mp) - lp
+        y1 = (p1 - mp) - lp
+        y2 = (p2 - mp) - lp
+        y3 = (p3 - mp) - lp
         k += 4 * W
-    _store_range(os, ps, c0 + head + k, c0 + cl, mp, lp)
+    if k > 0:
+        j = lo + k
+        _put(os, j - 4 * W, y0, nt)
+        _put(os, j - 3 * W, y1, nt)
+        _put(os, j - 2 * W, y2, nt)
+        _put(os, j - W, y3, nt)
+    _store_range(os, ps, lo + k, hi, mp, lp)
     return _sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3)  # the sum's last terms
+
+
+@njit(forceinline=True, error_model="numpy")
+def _store_window(os, c0, cl, head, n):
+    """The previous row's elements ``[lo, hi)`` that the chunk ``[c0, c0 +
+    cl)`` of a pipelined loop writes, and where its streaming stores must
+    stop (``e``, whole lines; ``e = hi`` for ordinary stores, ``head < 0``).
+    See :func:`sum32_writing`."""
+    if head < 0:
+        return c0, c0 + cl, c0 + cl
+    lo = c0 + head
+    hi = min(c0 + cl + head, n)
+    return lo, hi, stream_end(os, lo, hi)
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -469,32 +510,44 @@ def _grad_sum_rest(ds, ys, k, end, op, a0, a1, a2, a3):
 
 
 @njit(forceinline=True, error_model="numpy")
-def grad_sum_writing(ds, ys, c0, cl, op, pd, py, os, ns32, s32, head):
+def grad_sum_writing(ds, ys, c0, cl, op, pd, py, os, ns32, s32, head, n):
     """:func:`chunk_grad_sum` of this row's ``ds``/``ys[c0:c0 + cl]`` that
-    also writes the previous row's pass 2 over the same columns (``pd``,
-    ``py`` -> ``os``, fast path, :func:`write_backward`'s values), one
-    output vector per input vector, as :func:`sum32_writing` does for the
-    forward: the memory-bound sum of the next row runs under the exp-bound
-    writes of this one instead of after them. ``head``: as
-    :func:`sum32_writing` (streaming stores from ``os[c0 + head]``; two
-    vectors per step, so whole lines for 16-bit outputs too)."""
+    also writes the previous row's pass 2 (``n`` elements; ``pd``, ``py`` ->
+    ``os``, fast path, :func:`write_backward`'s values), one output vector
+    per input vector, as :func:`sum32_writing` does for the forward: the
+    memory-bound sum of the next row runs under the exp-bound writes of
+    this one instead of after them. ``head``: as :func:`sum32_writing` (the
+    store side ``head`` elements ahead, on whole lines; the caller writes
+    the row's first ``head`` elements)."""
     wide_vectors()
     a0 = splat(0.0)
     a1 = a0
     a2 = a0
     a3 = a0
     nt = head >= 0
-    head = min(head, cl) if nt else 0
+    lo, hi, e = _store_window(os, c0, cl, head, n)
     end = c0 + cl
-    _store_backward(pd, py, os, c0, c0 + head, op, ns32, s32)
+    g0 = splat(_ZERO)  # each step stores the step before's results, after its own loads
+    g1 = g0
     k = c0
-    while k + 2 * W <= end - head:
-        j = k + head  # the store side runs ``head`` elements ahead: aligned
+    while k + 2 * W <= end and lo + (k - c0) + 2 * W <= e:
+        j = lo + (k - c0)
+        d0 = vload(pd, j)
+        d1 = vload(pd, j + W)
+        y0 = vload(py, j)
+        y1 = vload(py, j + W)
         a0, a1, a2, a3 = _grad_step(ds, ys, k, op, a0, a1, a2, a3)
-        _put(os, j, _backward_vec(vload(pd, j), vload(py, j), op, ns32, s32), nt)
-        _put(os, j + W, _backward_vec(vload(pd, j + W), vload(py, j + W), op, ns32, s32), nt)
+        if k > c0:
+            _put(os, j - 2 * W, g0, nt)
+            _put(os, j - W, g1, nt)
+        g0 = _backward_vec(d0, y0, op, ns32, s32)
+        g1 = _backward_vec(d1, y1, op, ns32, s32)
         k += 2 * W
-    _store_backward(pd, py, os, k + head, end, op, ns32, s32)
+    j = lo + (k - c0)
+    if k > c0:
+        _put(os, j - 2 * W, g0, nt)
+        _put(os, j - W, g1, nt)
+    _store_backward(pd, py, os, j, hi, op, ns32, s32)
     return _grad_sum_rest(ds, ys, k, end, op, a0, a1, a2, a3)
 
 
