@@ -169,9 +169,12 @@ def empty_like(x: np.ndarray, dtype) -> np.ndarray:
 #: 32768x128 float32 (16 MiB) 1.81 -> 2.27 ms streamed, 64x3x224x224 (37 MiB)
 #: 5.12 -> 5.03, 1024x32000 (125 MiB) 10.6 -> 6.4 (threshold at 4 MiB vs
 #: none, same session; 8x16x384x384, 72 MiB, 10.0 ms in the stop before ->
-#: 8.1-8.9). Here, not in :mod:`.rows`, so that a call reads it without
-#: importing the kernel modules.
-STREAM_BYTES = 1 << 26
+#: 8.1-8.9). The threshold was 64 MiB; at 32 MiB (a 32 MiB L3 here), in-process
+#: A/B on an AMD EPYC (LLVM znver4): 64x3x224x224 float32 (37 MiB) 1.12-1.14x,
+#: 12288x1000 float32 backward (47 MiB) 1.14x, 1024x16000 float32 (62.5 MiB)
+#: 1.34-1.40x, 18 MiB problems unchanged. Here, not in :mod:`.rows`, so that a
+#: call reads it without importing the kernel modules.
+STREAM_BYTES = 1 << 25
 _PAGE = mmap.PAGESIZE
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+: fault a range in for writing, data kept
 try:
