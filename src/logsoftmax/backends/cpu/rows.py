@@ -50,6 +50,7 @@ from .segment import (
     merge,
     row_log,
     stream_end,
+    stream_forward,
     stream_head,
     sum32_writing,
     write_backward,
@@ -452,9 +453,8 @@ def _write_span(xb, ob, xo, oo, n, nb, op, accurate, m, lg, inv):
         mr, br = m[r], b[r]
         mr32, br32 = np.float32(mr), np.float32(br)
         last = min(row_end, e)
-        while k + W <= last:  # the row's own vectors: write_forward's loop
-            vstore_nt(os, k, forward_vec(vload(xs, k), mr, mr, br, br, mr32, br32, op, accurate))
-            k += W
+        # the row's own vectors: write_forward's streamed loop
+        k = stream_forward(xs, os, k, k + (last - k) // W * W, op, accurate, mr, br, mr32, br32)
         if k < row_end and k < e:  # one vector holds this row's end and the next row's start
             v = vload(xs, k)
             y = forward_vec(v, mr, mr, br, br, mr32, br32, op, accurate)

@@ -94,6 +94,7 @@ __all__ = [
     "sum32_writing",
     "stream_head",
     "stream_end",
+    "stream_forward",
     "forward_vec",
     "merge",
     "row_log",
@@ -439,10 +440,7 @@ def write_forward(xs, os, c0, cl, op, accurate, m, lg, inv, head=-1):
             vstore_n(os, k, forward_vec(v, m, m, b, b, m32, b32, op, accurate), h - k)
             k += W
         k = h
-        e = stream_end(os, k, end)
-        while k < e:
-            vstore_nt(os, k, forward_vec(vload(xs, k), m, m, b, b, m32, b32, op, accurate))
-            k += W
+        k = stream_forward(xs, os, k, stream_end(os, k, end), op, accurate, m, b, m32, b32)
     elif not accurate:
         while k + W <= end:
             # claim the output line ahead (prefetchw): 4096x32000 float32,
@@ -454,6 +452,35 @@ def write_forward(xs, os, c0, cl, op, accurate, m, lg, inv, head=-1):
         v = vload_n(xs, k, end - k, _ZERO)
         vstore_n(os, k, forward_vec(v, m, m, b, b, m32, b32, op, accurate), end - k)
         k += W
+
+
+@njit(forceinline=True, error_model="numpy")
+def stream_forward(xs, os, k, e, op, accurate, m, b, m32, b32):
+    """:func:`write_forward`'s streamed body ``[k, e)`` (whole lines from a
+    line boundary), two vectors a step, each step's results stored after
+    the next step's loads: a store just before a load of the same 4 KiB
+    offset makes the load wait for it, which an output a few bytes ahead of
+    its input modulo 4 KiB did at every vector (8x16x384x384 float32 into an
+    output 48 bytes further into its page than the input: 8.16 ms against
+    7.26 allocating, AMD EPYC, LLVM znver4). Returns ``e``."""
+    if k + 2 * W <= e:
+        y0 = forward_vec(vload(xs, k), m, m, b, b, m32, b32, op, accurate)
+        y1 = forward_vec(vload(xs, k + W), m, m, b, b, m32, b32, op, accurate)
+        k += 2 * W
+        while k + 2 * W <= e:
+            v0 = vload(xs, k)
+            v1 = vload(xs, k + W)
+            vstore_nt(os, k - 2 * W, y0)
+            vstore_nt(os, k - W, y1)
+            y0 = forward_vec(v0, m, m, b, b, m32, b32, op, accurate)
+            y1 = forward_vec(v1, m, m, b, b, m32, b32, op, accurate)
+            k += 2 * W
+        vstore_nt(os, k - 2 * W, y0)
+        vstore_nt(os, k - W, y1)
+    while k < e:  # (one float32 vector at most)
+        vstore_nt(os, k, forward_vec(vload(xs, k), m, m, b, b, m32, b32, op, accurate))
+        k += W
+    return k
 
 
 @njit(forceinline=True, error_model="numpy")
