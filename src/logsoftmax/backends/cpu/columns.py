@@ -357,6 +357,23 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
         sfence()
 
 
+@njit(forceinline=True, error_model="numpy")
+def _row_stream(ob, po, qsn, jn, stream):
+    """How pass 2 writes the ``jn`` columns of a tile row at ``ob[po]``:
+    ``(j, end)`` = streaming stores on ``[j, end)`` (from the first 64-byte
+    boundary to the last whole line), ordinary ones elsewhere; ``(0, 0)``
+    when not streaming, after claiming the lines ``_AHEAD`` rows ahead on
+    narrow tiles."""
+    head = stream_head(ob, po) if stream else -1
+    if head < 0:
+        if jn <= _AHEAD_COLS:
+            for j in range(0, jn, W):
+                prefetch_w(ob, po + _AHEAD * qsn + j)
+        return 0, 0
+    j = min(head, jn)
+    return j, stream_end(ob, po + j, po + jn) - po
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la, ia, stream):
     """Pass 2 on a chunk of a tile (:func:`.segment.write_forward` per
@@ -371,25 +388,16 @@ def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la,
     for k in range(cl):
         px = p + k * sn
         po = q + k * qsn
-        head = stream_head(ob, po) if stream else -1
-        if head < 0:
-            if jn <= _AHEAD_COLS:
-                for j in range(0, jn, W):
-                    prefetch_w(ob, po + _AHEAD * qsn + j)
-            j = 0
-            end = 0
-        else:
-            j = min(head, jn)
-            end = stream_end(ob, po + j, po + jn) - po
-            for i in range(0, j, W):  # the ordinary head
-                y = forward_vec(vload_n(xb, px + i, j - i, _ZERO), vload(m, i), vload(m, i + W // 2),
-                            vload(b, i), vload(b, i + W // 2), vload(ma, i), vload(d, i), op, accurate)
-                vstore_n(ob, po + i, y, j - i)
-            while j < end:
-                y = forward_vec(vload(xb, px + j), vload(m, j), vload(m, j + W // 2),
-                            vload(b, j), vload(b, j + W // 2), vload(ma, j), vload(d, j), op, accurate)
-                vstore_nt(ob, po + j, y)
-                j += W
+        j, end = _row_stream(ob, po, qsn, jn, stream)
+        for i in range(0, j, W):  # the ordinary head
+            y = forward_vec(vload_n(xb, px + i, j - i, _ZERO), vload(m, i), vload(m, i + W // 2),
+                        vload(b, i), vload(b, i + W // 2), vload(ma, i), vload(d, i), op, accurate)
+            vstore_n(ob, po + i, y, j - i)
+        while j < end:
+            y = forward_vec(vload(xb, px + j), vload(m, j), vload(m, j + W // 2),
+                        vload(b, j), vload(b, j + W // 2), vload(ma, j), vload(d, j), op, accurate)
+            vstore_nt(ob, po + j, y)
+            j += W
         while j < jn:
             y = forward_vec(vload_n(xb, px + j, jn - j, _ZERO), vload(m, j), vload(m, j + W // 2),
                         vload(b, j), vload(b, j + W // 2), vload(ma, j), vload(d, j), op, accurate)
@@ -482,25 +490,16 @@ def _tile_grad_write(db, pd, dsn, yb, py, ysn, ob, q, qsn, cl, jn, op, accurate,
         pdk = pd + k * dsn
         pyk = py + k * ysn
         po = q + k * qsn
-        head = stream_head(ob, po) if stream else -1
-        if head < 0:
-            if jn <= _AHEAD_COLS:  # (as _tile_write)
-                for j in range(0, jn, W):
-                    prefetch_w(ob, po + _AHEAD * qsn + j)
-            j = 0
-            end = 0
-        else:
-            j = min(head, jn)
-            end = stream_end(ob, po + j, po + jn) - po
-            for i in range(0, j, W):  # the ordinary head
-                g_ = _grad_vec(vload_n(db, pdk + i, j - i, _ZERO), vload_n(yb, pyk + i, j - i, _ZERO),
-                               vload(s, i), vload(s, i + W // 2), vload(sa, i), op, accurate)
-                vstore_n(ob, po + i, g_, j - i)
-            while j < end:
-                g_ = _grad_vec(vload(db, pdk + j), vload(yb, pyk + j),
-                               vload(s, j), vload(s, j + W // 2), vload(sa, j), op, accurate)
-                vstore_nt(ob, po + j, g_)
-                j += W
+        j, end = _row_stream(ob, po, qsn, jn, stream)
+        for i in range(0, j, W):  # the ordinary head
+            g_ = _grad_vec(vload_n(db, pdk + i, j - i, _ZERO), vload_n(yb, pyk + i, j - i, _ZERO),
+                           vload(s, i), vload(s, i + W // 2), vload(sa, i), op, accurate)
+            vstore_n(ob, po + i, g_, j - i)
+        while j < end:
+            g_ = _grad_vec(vload(db, pdk + j), vload(yb, pyk + j),
+                           vload(s, j), vload(s, j + W // 2), vload(sa, j), op, accurate)
+            vstore_nt(ob, po + j, g_)
+            j += W
         while j < jn:
             g_ = _grad_vec(vload_n(db, pdk + j, jn - j, _ZERO), vload_n(yb, pyk + j, jn - j, _ZERO),
                            vload(s, j), vload(s, j + W // 2), vload(sa, j), op, accurate)
