@@ -402,6 +402,41 @@ def test_pipelined_rows_match_rows_one_at_a_time(dtype):
         _with_threads(threads, run)
 
 
+@pytest.mark.parametrize("dtype, n", [(F32, 9000), (F32, 300), (dtypes.bfloat16, 1000), (F16, 40)])
+def test_pipelined_backward_matches_rows_one_at_a_time(dtype, n):
+    """The fast-path backward is pipelined (row r's gradient sum writes row
+    r - 1, each step's stores after the next step's loads): the same bits as
+    each row alone (a one-row call takes the row-by-row loop), log_softmax
+    and softmax, out of place, into a shifted ``out`` and in place, with a
+    NaN, an infinity and a -inf ``dst`` among the rows."""
+    rng = np.random.default_rng(8)
+    dt = np.dtype(dtype)
+    x = (rng.standard_normal((7, n)) * 3).astype(dtype)
+    dd = rng.standard_normal((7, n)).astype(dtype)
+    dd[2, 5] = np.nan
+    dd[4, n - 1] = np.inf
+    y = _fwd("log_softmax", x, 1)
+    sm = _fwd("softmax", x, 1)
+    y[5, 3] = -np.inf
+    cases = [(CPU.log_softmax_backward, y), (CPU.softmax_backward, sm)]
+    alone = [np.concatenate([f(dd[r:r + 1], v[r:r + 1], 1, None, dt) for r in range(7)])
+             for f, v in cases]
+    buf = np.empty(dd.size + 7, dtype)
+
+    def run():
+        for (f, v), ref in zip(cases, alone):
+            assert np.array_equal(bits(f(dd, v, 1, None, dt)), bits(ref))
+            o = buf[3 : 3 + dd.size].reshape(dd.shape)
+            f(dd, v, 1, o, dt)
+            assert np.array_equal(bits(o), bits(ref))
+            di = dd.copy()
+            f(di, v, 1, di, dt)
+            assert np.array_equal(bits(di), bits(ref))
+
+    for threads in (1, 2):
+        _with_threads(threads, run)
+
+
 # ---------------------------------------------------------------------------
 # memory: O(rows) extra, nothing full-size besides the result
 # ---------------------------------------------------------------------------

@@ -28,7 +28,6 @@ from ._vec import (
     lane,
     lanes_below,
     prefetch_l2,
-    prefetch_w,
     sfence,
     vload,
     vload_n,
@@ -289,7 +288,8 @@ def _backward_pipelined(db, yb, ob, g, op, r0, r1, stream):
     A/B against those loops (AMD EPYC, LLVM znver4, 2 threads): 4096x32000
     bfloat16 1.16-1.24x, 1024x128256 float16 1.13-1.21x, 4096x1000 float32
     1.16-1.17x, 65536x64 float32 1.23x, 262144x16 bfloat16 1.10x; rows of
-    3-8 and memory-bound float32 vocabulary rows unchanged (0.99-1.02x).
+    3-8 1.01-1.02x, memory-bound float32 vocabulary rows 0.92-1.01x (paired,
+    two runs: within the noise).
     Each row's sum and values are the row-by-row loop's, so the bits are
     the same; in place (``ob`` is ``db`` or ``yb``) each vector is read
     before its own line is written, and row ``r - 1`` is written while row
@@ -306,9 +306,6 @@ def _backward_pipelined(db, yb, ob, g, op, r0, r1, stream):
         ds = view(db, _at(g, 0, i1, i2), n)
         ys = view(yb, _at(g, 1, i1, i2), n)
         head = _row_head(prev, n, stream)
-        if head > 0:  # claim the next row's partial first and last lines
-            prefetch_w(ob, _at(g, 2, i1, i2))
-            prefetch_w(ob, _at(g, 2, i1, i2) + n - 1)
         ns32, s32 = np.float32(-s), np.float32(s)
         write_backward(dp, yp, prev, 0, min(max(head, 0), n), op, False, s)  # before the first line
         s = 0.0  # chunk sums added in order, as row_grad_sum
