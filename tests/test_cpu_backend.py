@@ -364,6 +364,55 @@ def test_streaming_column_stores_same_bits(dtype, c):
     assert np.array_equal(bits(xi), bits(ref)) and np.array_equal(bits(di), bits(g))
 
 
+@pytest.mark.parametrize("dtype, n", [(F32, 600), (F32, 1100), (BF16, 700)])
+def test_column_tile_width_changes_no_bit(dtype, n):
+    """Wide column tiles (``columns.tile_width_for`` on CPUs with a big L3)
+    give the bits of the 1024-wide ones and of the public call, forward and
+    backward, log_softmax and softmax (600 rows: the float32 forward's
+    accurate path; 1100: its fast path; widths that end mid-vector too)."""
+    from logsoftmax.backends import Op
+    from logsoftmax.backends.cpu import columns
+    from logsoftmax.backends.cpu.layout import layout
+
+    dt = np.dtype(dtype)
+    rng = np.random.default_rng(18)
+    x = (rng.standard_normal((n, 4100)) * 3).astype(dtype)
+    dd = rng.standard_normal(x.shape).astype(dtype)
+    accurate = np.bool_(dt == F32 and n <= 1024)
+    flat = lambda a: a.reshape(-1).view(np.uint16) if dt.itemsize == 2 else a.reshape(-1)  # noqa: E731
+    for name, op in (("log_softmax", Op.LOG_SOFTMAX), ("softmax", Op.SOFTMAX)):
+        y = _fwd(name, x, 0)
+        g = getattr(CPU, name + "_backward")(dd, y, 0, None, dt)
+        for J in (1024, 2048, 2096, 4096):
+            tiles = -(-x.shape[1] // J)
+            o = np.empty_like(x)
+            lay = layout(x.shape, [x.strides, o.strides], [dt.itemsize] * 2, 0)
+            columns.forward_tiles(flat(x), flat(o), lay.g, op, accurate, J, 0, tiles)
+            assert np.array_equal(bits(o), bits(y)), (name, J)
+            lay = layout(x.shape, [dd.strides, y.strides, o.strides], [dt.itemsize] * 3, 0)
+            columns.backward_tiles(flat(dd), flat(y), flat(o), lay.g, op, np.bool_(False), J, 0, tiles)
+            assert np.array_equal(bits(o), bits(g)), (name, J)
+
+
+def test_column_tile_width_for_the_caches(monkeypatch):
+    """Long columns take wide tiles only where a thread's share of L3 is at
+    least ``WIDE_TILE_L3``; short columns and small caches keep 1024."""
+    from logsoftmax.backends.cpu import columns
+
+    monkeypatch.setattr(columns, "_cache_bytes", lambda: (2 << 20, 480 << 20))
+    assert columns.tile_width_for(1000, 65536, True, 2) == 4096
+    assert columns.tile_width_for(1000, 65536, False, 2) == 2048
+    assert columns.tile_width_for(4000, 16384, False, 2) == 512
+    assert columns.tile_width_for(256, 65536, True, 2) == 1024  # fits L2 at 1024
+    assert columns.tile_width_for(1000, 65536, True, 16) == 1024  # 30 MiB a thread
+    assert columns.tile_width_for(1000, 100, True, 2) == 112  # no wider than the columns
+    monkeypatch.setattr(columns, "_cache_bytes", lambda: (1 << 20, 32 << 20))
+    assert columns.tile_width_for(1000, 65536, True, 2) == 1024
+    assert columns.tile_width_for(4000, 16384, False, 2) == 256
+    monkeypatch.setattr(columns, "_cache_bytes", lambda: (0, 0))  # unknown caches
+    assert columns.tile_width_for(1000, 65536, True, 2) == 1024
+
+
 @pytest.mark.parametrize("dtype", [F32, F64], ids=dtypes.name_of)
 def test_split_row_in_place_bit_identical(dtype):
     """A long row split over threads gives the same bits in place as out of

@@ -269,7 +269,7 @@ class CpuBackend(Backend):
         size = x.size
 
         if lay.inner:
-            J = columns.tile_width(n, ni)
+            J = columns.tile_width_for(n, ni, False, _threads())
             tiles = n1 * n2 * -(-ni // J)
 
             def kernel(xb, ob, g):
@@ -348,7 +348,7 @@ class CpuBackend(Backend):
         size = diff_dst.size
 
         if lay.inner:
-            J = columns.tile_width(n, ni)
+            J = columns.tile_width_for(n, ni, True, _threads())
             tiles = n1 * n2 * -(-ni // J)
 
             def kernel(db, yb, ob, g):
