@@ -9,6 +9,8 @@ decide whether that is reachable:
   512-bit non-temporal stores (``!nontemporal``, ``vmovntps``). Ordinary
   stores are measured by pass 2 alone below: the same loop with plain
   stores also becomes ``llvm.memcpy`` (seen in its LLVM IR), so it cannot;
+  the non-temporal loop again with its source asked for ahead
+  (``prefetch_ahead``, the kernels' own hint), and a read-only pass;
 * **our forward** (``log_softmax(x, out=y)``) on the same arrays, and its
   two passes alone: the row statistics (read ``x``, an exp per element)
   and the write pass (``y = x - m - log s``);
@@ -43,7 +45,7 @@ from numba import njit, prange
 
 import logsoftmax
 from logsoftmax.backends.cpu._simd import wide_vectors
-from logsoftmax.backends.cpu._vec import W, sfence, vload, vstore_nt
+from logsoftmax.backends.cpu._vec import W, prefetch_ahead, reduce_add, sfence, splat, vload, vstore_nt
 from logsoftmax.backends.cpu.rows import row_stats
 from logsoftmax.backends.cpu.segment import row_log, write_forward
 from logsoftmax.driver.perf import add3, copy2, median_seconds
@@ -68,6 +70,41 @@ def vector_copy_nt(src, dst, nthreads):
         for i in range(t * per, end, W):
             vstore_nt(dst, i, vload(src, i))
         sfence()
+
+
+@njit(parallel=True)
+def vector_copy_nt_fetching(src, dst, nthreads):
+    """:func:`vector_copy_nt` that asks for the source 4096 elements ahead
+    (:func:`logsoftmax.backends.cpu._vec.prefetch_ahead`, the kernels' own:
+    ``prefetcht1`` on Intel, ``prefetcht0`` on AMD Zen)."""
+    per = dst.size // nthreads // W * W
+    for t in prange(nthreads):
+        wide_vectors()
+        end = dst.size if t == nthreads - 1 else (t + 1) * per
+        for i in range(t * per, end, W):
+            prefetch_ahead(src, i + 4096)
+            vstore_nt(dst, i, vload(src, i))
+        sfence()
+
+
+@njit(parallel=True)
+def read_sum(src, nthreads):
+    """A read-only pass: the sum of ``src`` in four float32 vectors."""
+    per = src.size // nthreads // (4 * W) * (4 * W)
+    out = np.zeros(nthreads, np.float32)
+    for t in prange(nthreads):
+        wide_vectors()
+        a0 = splat(np.float32(0.0))
+        a1 = a0
+        a2 = a0
+        a3 = a0
+        for i in range(t * per, (t + 1) * per, 4 * W):
+            a0 = a0 + vload(src, i)
+            a1 = a1 + vload(src, i + W)
+            a2 = a2 + vload(src, i + 2 * W)
+            a3 = a3 + vload(src, i + 3 * W)
+        out[t] = reduce_add((a0 + a1) + (a2 + a3))
+    return out
 
 
 @njit(parallel=True, nogil=True)
@@ -131,6 +168,9 @@ def main(argv=None) -> int:
         {
             "copy (memcpy)": lambda: copy2(xf.view(np.uint64), yf.view(np.uint64)),
             "copy (non-temporal stores)": lambda: vector_copy_nt(xf, yf, 2),
+            "copy (non-temporal stores, source prefetched ahead)":
+                lambda: vector_copy_nt_fetching(xf, yf, 2),
+            "read alone (a sum of x)": lambda: read_sum(xf, 2),
             "ours log_softmax out=": lambda: logsoftmax.log_softmax(x, out=y),
             "ours, pass 1 alone (row statistics)": lambda: pass1_only(x, m, s, 2),
             "ours, pass 2 alone (x read from memory)": lambda: pass2_only(x, y, m, s, 2),

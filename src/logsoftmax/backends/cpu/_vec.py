@@ -487,10 +487,11 @@ def _prefetch_intrinsic(rw, locality=3):
 
 #: ``prefetch(buf, idx)``: ask for the cache line of ``buf[idx]`` ahead of its
 #: use (``prefetcht0``; never faults, so ``idx`` may run past the buffer). The
-#: row kernels prefetch the next chunk while they compute on this one: the sum
-#: pass is compute-bound on data already in L1, the max pass streams from
-#: memory, and without it the two ran one after the other (4096x32000 float32
-#: at one thread: 0.9 ns/element, 2.7 times a copy's time).
+#: row kernels ask for the next chunk while they compute on this one
+#: (:data:`prefetch_ahead`): the sum pass is compute-bound on data already in
+#: L1, the max pass streams from memory, and without it the two ran one after
+#: the other (4096x32000 float32 at one thread: 0.9 ns/element, 2.7 times a
+#: copy's time).
 prefetch = _prefetch_intrinsic(0)
 #: :func:`prefetch` for a line about to be written (``prefetchw``)
 prefetch_w = _prefetch_intrinsic(1)
@@ -503,14 +504,15 @@ def _ahead_locality(context):
     """The cache level :func:`prefetch_ahead` fills, by the CPU the code is
     compiled for (numba's target CPU name, which also keys its on-disk
     cache): L1 (3) on AMD Zen, L2 (2) elsewhere. Intel Xeon (LLVM
-    rocketlake), 2 threads, the row statistics of 4096x32000 float32 (one
-    read stream per core, an exp per element), the next chunk asked for
-    4096 elements ahead: ``prefetcht0`` 28.8 ms, ``prefetcht1`` 23.9 ms, none
-    30.2, a read-only sum of the same bytes 18.3 (``/tmp``-free repro:
-    ``python benchmarks/vocab_limits.py``, its pass-1 row). A ``prefetcht0``
-    holds one of the core's few L1 fill buffers until its line arrives; a
-    ``prefetcht1`` goes to L2, which keeps many more misses in flight. The
-    Zen 4 kernels were tuned with ``prefetcht0`` and keep it."""
+    rocketlake), 2 threads, 4096x32000 float32 (``python
+    benchmarks/vocab_limits.py``): a non-temporal copy 31.1 ms, 25.7 with
+    its source asked for 4096 elements ahead into L2 (memcpy 26.5); the row
+    statistics (one read stream per core, an exp per element) 33.4 ms with
+    ``prefetcht0`` a chunk ahead, 27.7-28.5 with ``prefetcht1``. A
+    ``prefetcht0`` holds one of the core's few L1 fill buffers, which the
+    streaming stores also use, until its line arrives; a ``prefetcht1``
+    goes to L2, which keeps many more misses in flight. The Zen 4 kernels
+    were tuned with ``prefetcht0`` and keep it."""
     cpu = context.codegen().magic_tuple()[1]
     return 3 if cpu.startswith(("znver", "bdver", "btver", "amdfam")) else 2
 
