@@ -13,6 +13,7 @@ Errors are in units of the dtype's eps (API.md section 1):
 
 from __future__ import annotations
 
+import platform
 import subprocess
 import sys
 import tracemalloc
@@ -711,6 +712,29 @@ def test_hot_loops_vectorise():
     assert asm.count(wide) > 100, wide
     assert "vmaxps" in asm and "vfmadd" in asm
     assert "expf" not in asm and "log@" not in asm  # no scalar libm calls
+
+
+def test_prefetch_ahead_fills_the_level_chosen_for_the_cpu():
+    """``_vec.prefetch_ahead`` (the kernels' next-chunk prefetch) is a
+    ``prefetcht0`` on AMD Zen and a ``prefetcht1`` elsewhere (measured on an
+    Intel Xeon: docs/performance.md), chosen by the CPU numba compiles for."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("x86 prefetch instructions")
+    from numba.core.registry import cpu_target
+
+    from logsoftmax.backends.cpu._vec import prefetch_ahead
+
+    @numba.njit
+    def touch(a):
+        prefetch_ahead(a, 64)
+        return a[0]
+
+    touch(np.zeros(4, np.float32))
+    asm = next(iter(touch.inspect_asm().values()))
+    cpu = cpu_target.target_context.codegen().magic_tuple()[1]
+    level = "prefetcht0" if cpu.startswith("znver") else "prefetcht1"
+    other = "prefetcht1" if level == "prefetcht0" else "prefetcht0"
+    assert level in asm and other not in asm, (cpu, level)
 
 
 # ---------------------------------------------------------------------------
