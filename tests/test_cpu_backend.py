@@ -369,8 +369,10 @@ def test_streaming_column_stores_same_bits(dtype, c):
 def test_column_tile_width_changes_no_bit(dtype, n):
     """Wide column tiles (``columns.tile_width_for`` on CPUs with a big L3)
     give the bits of the 1024-wide ones and of the public call, forward and
-    backward, log_softmax and softmax (600 rows: the float32 forward's
-    accurate path; 1100: its fast path; widths that end mid-vector too)."""
+    backward, log_softmax and softmax, in place too (600 rows: the float32
+    forward's accurate path; 1100: its fast path; widths that end
+    mid-vector too). Tiles wider than 1024 take the pipelined statistics
+    (the next tile's max inside this tile's sums); 1024 does not."""
     from logsoftmax.backends import Op
     from logsoftmax.backends.cpu import columns
     from logsoftmax.backends.cpu.layout import layout
@@ -390,6 +392,9 @@ def test_column_tile_width_changes_no_bit(dtype, n):
             lay = layout(x.shape, [x.strides, o.strides], [dt.itemsize] * 2, 0)
             columns.forward_tiles(flat(x), flat(o), lay.g, op, accurate, J, 0, tiles)
             assert np.array_equal(bits(o), bits(y)), (name, J)
+            o[...] = x  # in place: the next tile's max is read while this one is written
+            columns.forward_tiles(flat(o), flat(o), lay.g, op, accurate, J, 0, tiles)
+            assert np.array_equal(bits(o), bits(y)), (name, J, "in place")
             lay = layout(x.shape, [dd.strides, y.strides, o.strides], [dt.itemsize] * 3, 0)
             columns.backward_tiles(flat(dd), flat(y), flat(o), lay.g, op, np.bool_(False), J, 0, tiles)
             assert np.array_equal(bits(o), bits(g)), (name, J)

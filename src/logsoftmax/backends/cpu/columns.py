@@ -218,7 +218,18 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
     """Per-column chunk stats ``(mc, sc)`` of ``cl`` rows from ``xb[p]`` (row
     step ``sn``): :func:`.segment.chunk_stats` on every column."""
     wide_vectors()
-    for j in range(0, jn, W):  # row by row: the tile streams through memory
+    _tile_max(xb, p, sn, cl, jn, mc)
+    if cl <= LANE_MAJOR_ROWS:
+        _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc)
+    else:
+        _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, -1, 0, mc)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _tile_max(xb, p, sn, cl, jn, mc):
+    """Per-column max ``mc`` of ``cl`` rows from ``xb[p]``, row by row (the
+    tile streams through memory)."""
+    for j in range(0, jn, W):
         vstore(mc, j, vload_n(xb, p + j, jn - j, _NINF))
     for k in range(1, cl):
         q = p + k * sn
@@ -227,10 +238,19 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
                 prefetch(xb, q + _AHEAD * sn + j)
         for j in range(0, jn, W):
             vstore(mc, j, vmax_x86(vload(mc, j), vload_n(xb, q + j, jn - j, _NINF)))
-    if cl <= LANE_MAJOR_ROWS:
-        _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _next_max_row(xb, pn, sn, k, jn2, mn):
+    """Row ``k`` of the next tile (``xb[pn + k * sn:][:jn2]``) into its
+    running max ``mn``: :func:`_tile_max`'s steps, in its order."""
+    q = pn + k * sn
+    if k == 0:
+        for j in range(0, jn2, W):
+            vstore(mn, j, vload_n(xb, q + j, jn2 - j, _NINF))
     else:
-        _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J)
+        for j in range(0, jn2, W):
+            vstore(mn, j, vmax_x86(vload(mn, j), vload_n(xb, q + j, jn2 - j, _NINF)))
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -272,16 +292,20 @@ def _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc):
 
 
 @njit(forceinline=True, error_model="numpy")
-def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
+def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pn, jn2, mn):
     """The sums of long columns: row by row (each row of the tile is ``J``
     contiguous elements on one page), every lane of every column in a
-    ``lanes x J`` scratch."""
+    ``lanes x J`` scratch. ``pn >= 0``: each row ``k`` also takes row ``k``
+    of the next tile (``jn2`` columns from ``xb[pn]``, ``cl`` rows too) into
+    that tile's max ``mn`` (:func:`_next_max_row`)."""
     nv = (jn + W - 1) // W
     if accurate:
         for lane_ in range(min(cl, LANES64)):  # lanes with no element hold 0
             for v in range(2 * nv):
                 vstore(acc64, lane_ * J + v * (W // 2), splat(0.0))
         for k in range(cl):
+            if pn >= 0:
+                _next_max_row(xb, pn, sn, k, jn2, mn)
             q = (k % LANES64) * J
             for v in range(nv):
                 j = v * W
@@ -298,6 +322,8 @@ def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
             for v in range(nv):
                 vstore(acc32, lane_ * J + v * W, splat(_ZERO))
         for k in range(cl):
+            if pn >= 0:
+                _next_max_row(xb, pn, sn, k, jn2, mn)
             q = (k % LANES32) * J
             for v in range(nv):
                 j = v * W
@@ -361,10 +387,17 @@ def _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m,
         cl = min(CHUNK, n - c0)
         buf, p, sn = _chunk_view(xb, xbase, xsn, xsi, c0, cl, jn, xst, J)
         _tile_stats(buf, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J)
-        for j in range(jn):  # all--inf columns: 0, or NaN if one is NaN
-            if mc[j] == _NINF:
-                sc[j] = np.nan if _col_nan(buf, p, sn, cl, j) else 0.0
-        _merge_cols(m, s, mc, sc, jn, c0 == 0)
+        _column_fixups(buf, p, sn, cl, jn, mc, sc, m, s, c0 == 0)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _column_fixups(buf, p, sn, cl, jn, mc, sc, m, s, first):
+    """A chunk's stats ``(mc, sc)`` merged into ``(m, s)``, all--inf columns
+    first set to a sum of 0 (or NaN if one of their values is NaN)."""
+    for j in range(jn):
+        if mc[j] == _NINF:
+            sc[j] = np.nan if _col_nan(buf, p, sn, cl, j) else 0.0
+    _merge_cols(m, s, mc, sc, jn, first)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -380,10 +413,11 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     ccl = min(n, CHUNK)
     # two allocations only (+ W: a streamed row's last vector starts off the
     # W grid and reads its column statistics up to W - 1 past J)
-    f32s = np.empty((LANES32 + 4) * J + W, np.float32)
+    f32s = np.empty((LANES32 + 5) * J + W, np.float32)
     f64s = np.empty((LANES64 + 5) * J + W)
     acc32 = f32s[: LANES32 * J]
     mc, ma, la, ia = _rows4(f32s, LANES32, J)
+    mn = f32s[(LANES32 + 4) * J : (LANES32 + 5) * J]  # the next tile's max
     acc64 = f64s[: LANES64 * J]
     sc, m, s, lg = _rows4(f64s, LANES64, J)
     inv = f64s[(LANES64 + 4) * J :]
@@ -392,11 +426,28 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     # tile rows of at least 1 KiB (short ones would be mostly partial lines)
     stream = streams(ob, g) and J * ob.itemsize >= 1024
     fetch = stream and n * J * xb.itemsize <= FETCH_TILE_BYTES
+    # wide tiles (tile_width_for: too big for L2 either way) of one-chunk
+    # columns summed row-major: the next tile's max pass (from memory) runs
+    # inside this tile's sums (from L3), not after them
+    piped = J > 1024 and LANE_MAJOR_ROWS < n <= CHUNK and g[8] == 1
     for t in range(t0, t1):
         xbase, xsn, xsi = _tile_geom(g, 0, t, ntile, J)
         obase, osn, osi = _tile_geom(g, 1, t, ntile, J)
         jn = min(J, ni - (t % ntile) * J)
-        _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m, s, xst, J)
+        if piped:
+            if t == t0:
+                _tile_max(xb, xbase, xsn, n, jn, mc)
+            else:
+                for j in range(0, jn, W):
+                    vstore(mc, j, vload(mn, j))
+            pn, jn2 = -1, 0
+            if t + 1 < t1:
+                pn, _nsn, _nsi = _tile_geom(g, 0, t + 1, ntile, J)
+                jn2 = min(J, ni - ((t + 1) % ntile) * J)
+            _tile_sums_row_major(xb, xbase, xsn, n, jn, accurate, acc32, acc64, mc, sc, J, pn, jn2, mn)
+            _column_fixups(xb, xbase, xsn, n, jn, mc, sc, m, s, True)
+        else:
+            _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m, s, xst, J)
         for j in range(0, jn, W // 2):
             v = vload_n(s, j, jn - j, 1.0)
             vstore_n(lg, j, log_f64(v), jn - j)
