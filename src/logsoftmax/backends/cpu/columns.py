@@ -103,7 +103,9 @@ def tile_width_for(n, ni, backward, threads):
     contiguous runs per tile row (each row of a 1024-wide float32 tile is
     one 4 KiB page) keep the hardware prefetcher and the TLB ahead.
     Intel Xeon (LLVM rocketlake, L2 2 MiB, L3 480 MiB), 2 threads, float32,
-    interleaved in one process, same bits: 1000x65536 axis 0 backward
+    interleaved in one process, same bits (``python
+    benchmarks/column_tiles.py 1000x65536 0 bwd --widths 1024,2048,4096``
+    and the like): 1000x65536 axis 0 backward
     62.5 ms at J = 1024, 52.1 at 2048, 46.5 at 4096 (narrower: 71-99);
     forward 58.0 / 51.6 / 64.0; 4000x16384 backward 54.5 (J = 1024) ->
     49.1 (2048), forward 65.1 (256) -> 52.6 (512); but 256x65536 forward

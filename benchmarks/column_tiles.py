@@ -1,0 +1,93 @@
+"""Column kernels at several tile widths, interleaved in one process.
+
+``columns.tile_width_for`` picks how many columns a tile of a non-last-axis
+problem spans (the arithmetic per column does not depend on it, only the
+speed). This script calls the column kernels directly with each width
+given, on the same arrays, in alternating rounds on 2 threads, checks that
+every width gives the same bits, and prints the median time per width --
+the measurements behind the widths ``tile_width_for`` chooses.
+
+    python benchmarks/column_tiles.py 1000x65536 0 bwd --widths 1024,2048,4096
+    python benchmarks/column_tiles.py 64x64x56x56 1 fwd
+
+A problem is a float32 shape, the reduction axis and ``fwd`` or ``bwd``
+(log_softmax); without ``--widths``, the width the library would choose
+and half and double it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numba
+import numpy as np
+
+import logsoftmax
+from logsoftmax.backends import Op
+from logsoftmax.backends.cpu import columns
+from logsoftmax.backends.cpu.layout import layout
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import cpu_info  # noqa: E402
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("shape", help="e.g. 1000x65536")
+    ap.add_argument("axis", type=int)
+    ap.add_argument("direction", choices=("fwd", "bwd"))
+    ap.add_argument("--widths", help="comma-separated tile widths (columns)")
+    ap.add_argument("--rounds", type=int, default=9)
+    args = ap.parse_args(argv)
+    shape = tuple(int(v) for v in args.shape.split("x"))
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    threads = numba.get_num_threads()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape, dtype=np.float32)
+    dd = rng.standard_normal(shape, dtype=np.float32)
+    y = logsoftmax.log_softmax(x, axis=args.axis)
+    out = logsoftmax.log_softmax(x, axis=args.axis)  # the library's own output memory
+    bwd = args.direction == "bwd"
+    ops = [dd, y, out] if bwd else [x, out]
+    lay = layout(shape, [a.strides for a in ops], [4] * len(ops), args.axis)
+    if not lay.inner:
+        raise SystemExit("the reduction axis is the last one: no column tiles")
+    n1, n2, n, ni = lay.dims
+    chosen = int(columns.tile_width_for(n, ni, bwd, threads))
+    widths = ([int(v) for v in args.widths.split(",")] if args.widths
+              else sorted({max(64, chosen // 2), chosen, chosen * 2}))
+    flat = [a.reshape(-1) for a in ops]
+    accurate = np.bool_(not bwd and n <= 1024)  # the float32 forward's accurate path
+
+    def call(J):
+        if bwd:
+            return lambda: columns.backward_parallel(*flat, lay.g, int(Op.LOG_SOFTMAX), np.bool_(False), J, threads)
+        return lambda: columns.forward_parallel(*flat, lay.g, int(Op.LOG_SOFTMAX), accurate, J, threads)
+
+    fns = {J: call(J) for J in widths}
+    ref = None
+    for J, f in fns.items():
+        f()
+        if ref is None:
+            ref = out.copy()
+        elif not np.array_equal(ref.view(np.uint32), out.view(np.uint32)):
+            raise SystemExit(f"width {J} changed the result's bits")
+    times = {J: [] for J in fns}
+    for _ in range(args.rounds):
+        for J, f in fns.items():
+            t = time.perf_counter()
+            f()
+            times[J].append(time.perf_counter() - t)
+    print(f"CPU: {cpu_info()['model']}; {threads} threads; {args.shape} axis {args.axis} "
+          f"{args.direction} float32; tile_width_for chooses {chosen} columns; same bits: yes")
+    print("| columns per tile | ms (median) | min |")
+    print("|---:|---:|---:|")
+    for J, v in times.items():
+        print(f"| {J} | {np.median(v) * 1e3:.2f} | {min(v) * 1e3:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
