@@ -722,12 +722,13 @@ def test_hot_loops_vectorise():
 def test_prefetch_ahead_fills_the_level_chosen_for_the_cpu():
     """``_vec.prefetch_ahead`` (the kernels' next-chunk prefetch) is a
     ``prefetcht0`` on AMD Zen and a ``prefetcht1`` elsewhere (measured on an
-    Intel Xeon: docs/performance.md), chosen by the CPU numba compiles for."""
+    Intel Xeon: docs/performance.md), chosen by the CPU numba compiles for;
+    ``ahead_to_l2`` says which."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("x86 prefetch instructions")
     from numba.core.registry import cpu_target
 
-    from logsoftmax.backends.cpu._vec import prefetch_ahead
+    from logsoftmax.backends.cpu._vec import ahead_to_l2, prefetch_ahead
 
     @numba.njit
     def touch(a):
@@ -740,6 +741,12 @@ def test_prefetch_ahead_fills_the_level_chosen_for_the_cpu():
     level = "prefetcht0" if cpu.startswith("znver") else "prefetcht1"
     other = "prefetcht1" if level == "prefetcht0" else "prefetcht0"
     assert level in asm and other not in asm, (cpu, level)
+
+    @numba.njit
+    def to_l2():
+        return ahead_to_l2()
+
+    assert to_l2() == (level == "prefetcht1")
 
 
 # ---------------------------------------------------------------------------

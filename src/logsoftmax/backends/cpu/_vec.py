@@ -54,6 +54,7 @@ __all__ = [
     "prefetch_w",
     "prefetch_l2",
     "prefetch_ahead",
+    "ahead_to_l2",
     "splat",
     "vfma",
     "vmax",
@@ -520,6 +521,18 @@ def _ahead_locality(context):
 #: :func:`prefetch` of the next chunk while the kernels compute on this one
 #: (:func:`_ahead_locality` picks the cache level per CPU)
 prefetch_ahead = _prefetch_intrinsic(0, None)
+
+
+@intrinsic
+def ahead_to_l2(typingctx):
+    """Whether :data:`prefetch_ahead` fills L2 on the CPU being compiled for
+    (a constant of the compile, so the branch it guards costs nothing): for
+    prefetch patterns measured on one CPU family only."""
+
+    def codegen(context, builder, sig, args):
+        return ir.Constant(ir.IntType(1), int(_ahead_locality(context) == 2))
+
+    return types.boolean(), codegen
 
 
 @intrinsic

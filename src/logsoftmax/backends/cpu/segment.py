@@ -62,6 +62,7 @@ from ._simd import wide_vectors
 from ._vec import (
     W,
     address,
+    ahead_to_l2,
     hi_f64,
     join_f32,
     lane,
@@ -490,10 +491,12 @@ def chunk_grad_sum(ds, ys, c0, cl, op):
     (softmax) of a chunk over :data:`GRAD_LANES` lanes (float32 products are
     exact in float64): four float64 vectors, so the additions are not one
     latency-bound chain (two vectors ran at 0.26 cycles/element, the add
-    latency). Both ``diff_dst`` and ``dst`` are asked for a chunk ahead
-    (:func:`._vec.prefetch_ahead`; pass 2 then reads ``dst`` from cache, not
-    memory): 4096x32000 bfloat16 1.37x against ``dst`` alone at the element
-    being summed (in-process A/B, Intel Xeon, LLVM rocketlake)."""
+    latency). Pass 2 reads ``dst`` next, so it is asked into cache here: on
+    Intel both ``diff_dst`` and ``dst`` a chunk ahead into L2
+    (:func:`._vec.ahead_to_l2`), 4096x32000 bfloat16 1.37x against ``dst``
+    alone at the element being summed (in-process A/B, Intel Xeon, LLVM
+    rocketlake); on AMD Zen ``dst`` at that element into L1, as tuned there
+    (the Intel pattern not measured on it yet)."""
     wide_vectors()
     z = splat(0.0)
     return _grad_sum_rest(ds, ys, c0, c0 + cl, op, z, z, z, z)
@@ -502,10 +505,14 @@ def chunk_grad_sum(ds, ys, c0, cl, op):
 @njit(forceinline=True, error_model="numpy")
 def _grad_step(ds, ys, k, op, a0, a1, a2, a3):
     """Terms ``k .. k + 2W`` of :func:`chunk_grad_sum` into its four lanes."""
-    prefetch_ahead(ds, k + CHUNK)
-    prefetch_ahead(ds, k + CHUNK + W)
-    prefetch_ahead(ys, k + CHUNK)
-    prefetch_ahead(ys, k + CHUNK + W)
+    if ahead_to_l2():  # Intel: both streams a chunk ahead, into L2
+        prefetch_ahead(ds, k + CHUNK)
+        prefetch_ahead(ds, k + CHUNK + W)
+        prefetch_ahead(ys, k + CHUNK)
+        prefetch_ahead(ys, k + CHUNK + W)
+    elif op == _LSM:  # AMD Zen, as tuned there: dst into L1 for pass 2
+        prefetch(ys, k)
+        prefetch(ys, k + W)
     d = vload(ds, k)
     e = vload(ds, k + W)
     if op == _LSM:
