@@ -27,7 +27,7 @@ import numpy as np
 
 import logsoftmax
 from logsoftmax.backends import Op
-from logsoftmax.backends.cpu import columns
+from logsoftmax.backends.cpu import columns, segment
 from logsoftmax.backends.cpu.layout import layout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -60,11 +60,12 @@ def main(argv=None) -> None:
     widths = ([int(v) for v in args.widths.split(",")] if args.widths
               else sorted({max(64, chosen // 2), chosen, chosen * 2}))
     flat = [a.reshape(-1) for a in ops]
-    accurate = np.bool_(not bwd and n <= 1024)  # the float32 forward's accurate path
+    # the precision path the library takes for float32 (cpu backend's rule)
+    accurate = np.bool_(n <= (segment.SHORT_BACKWARD if bwd else segment.SHORT))
 
     def call(J):
         if bwd:
-            return lambda: columns.backward_parallel(*flat, lay.g, int(Op.LOG_SOFTMAX), np.bool_(False), J, threads)
+            return lambda: columns.backward_parallel(*flat, lay.g, int(Op.LOG_SOFTMAX), accurate, J, threads)
         return lambda: columns.forward_parallel(*flat, lay.g, int(Op.LOG_SOFTMAX), accurate, J, threads)
 
     fns = {J: call(J) for J in widths}

@@ -57,32 +57,21 @@ ROWS, COLS = 4096, 32000
 
 
 @njit(parallel=True)
-def vector_copy_nt(src, dst, nthreads):
+def vector_copy_nt(src, dst, nthreads, fetch):
     """A 2-stream copy ``dst[:] = src`` in 512-bit vectors written by
     non-temporal stores (:func:`logsoftmax.backends.cpu._vec.vstore_nt`, the
-    kernels' own). (With ordinary stores the same loop measures nothing of
-    them: LLVM recognises the copy and calls ``llvm.memcpy``, which
-    streams.)"""
+    kernels' own); ``fetch``: the source asked for 4096 elements ahead by
+    the kernels' own hint (:func:`logsoftmax.backends.cpu._vec.prefetch_ahead`:
+    ``prefetcht1`` on Intel, ``prefetcht0`` on AMD Zen). (With ordinary
+    stores the same loop measures nothing of them: LLVM recognises the copy
+    and calls ``llvm.memcpy``, which streams.)"""
     per = dst.size // nthreads // W * W
     for t in prange(nthreads):
         wide_vectors()
         end = dst.size if t == nthreads - 1 else (t + 1) * per
         for i in range(t * per, end, W):
-            vstore_nt(dst, i, vload(src, i))
-        sfence()
-
-
-@njit(parallel=True)
-def vector_copy_nt_fetching(src, dst, nthreads):
-    """:func:`vector_copy_nt` that asks for the source 4096 elements ahead
-    (:func:`logsoftmax.backends.cpu._vec.prefetch_ahead`, the kernels' own:
-    ``prefetcht1`` on Intel, ``prefetcht0`` on AMD Zen)."""
-    per = dst.size // nthreads // W * W
-    for t in prange(nthreads):
-        wide_vectors()
-        end = dst.size if t == nthreads - 1 else (t + 1) * per
-        for i in range(t * per, end, W):
-            prefetch_ahead(src, i + 4096)
+            if fetch:
+                prefetch_ahead(src, i + 4096)
             vstore_nt(dst, i, vload(src, i))
         sfence()
 
@@ -167,9 +156,9 @@ def main(argv=None) -> int:
     big = median_seconds(
         {
             "copy (memcpy)": lambda: copy2(xf.view(np.uint64), yf.view(np.uint64)),
-            "copy (non-temporal stores)": lambda: vector_copy_nt(xf, yf, 2),
+            "copy (non-temporal stores)": lambda: vector_copy_nt(xf, yf, 2, False),
             "copy (non-temporal stores, source prefetched ahead)":
-                lambda: vector_copy_nt_fetching(xf, yf, 2),
+                lambda: vector_copy_nt(xf, yf, 2, True),
             "read alone (a sum of x)": lambda: read_sum(xf, 2),
             "ours log_softmax out=": lambda: logsoftmax.log_softmax(x, out=y),
             "ours, pass 1 alone (row statistics)": lambda: pass1_only(x, m, s, 2),

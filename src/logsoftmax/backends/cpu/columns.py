@@ -109,8 +109,9 @@ def tile_width_for(n, ni, backward, threads):
     62.5 ms at J = 1024, 52.1 at 2048, 46.5 at 4096 (narrower: 71-99);
     forward 58.0 / 51.6 / 64.0; 4000x16384 backward 54.5 (J = 1024) ->
     49.1 (2048), forward 65.1 (256) -> 52.6 (512); but 256x65536 forward
-    11.4 ms at 1024 against 14.1 at 2048, and 64x64x56x56 axis 1 forward
-    6.0 (1024) against 6.4-6.6 wider, so short columns keep 1024. CPUs with
+    11.4 ms at 1024 against 14.1 at 2048 (a later run: 11.5 / 12.7), and
+    64x64x56x56 axis 1 forward 6.0 (1024) against 6.4-6.6 wider (later:
+    5.9 against 6.4), so short columns keep 1024. CPUs with
     less L3 per thread (the AMD EPYC's 32 MiB for 2) keep the 2**20-element
     tiles they were tuned with."""
     l2, l3 = _cache_bytes()
@@ -439,7 +440,8 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
         if piped:
             if t == t0:
                 _tile_max(xb, xbase, xsn, n, jn, mc)
-            else:
+            else:  # the max the last tile's sums took (copied: swapping the
+                # two rows instead made this kernel 0.92x, in-process A/B)
                 for j in range(0, jn, W):
                     vstore(mc, j, vload(mn, j))
             pn, jn2 = -1, 0
