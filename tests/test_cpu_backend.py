@@ -280,16 +280,18 @@ def test_thread_count_and_row_split_deterministic(shape):
 
 
 @pytest.mark.parametrize(
-    "dtype, n",
-    [(F32, 32_771), (F32, 300), (F32, 100), (F32, 24), (BF16, 32_771), (BF16, 112), (F16, 300)],
+    "dtype, n, threads",
+    [(F32, 32_771, 1), (F32, 300, 1), (F32, 100, 1), (F32, 24, 1), (BF16, 32_771, 1),
+     (BF16, 112, 1), (F16, 300, 1), (F32, 64, 2), (F32, 16, 2), (BF16, 40, 2)],
 )
-def test_streaming_stores_same_bits(dtype, n):
+def test_streaming_stores_same_bits(dtype, n, threads):
     """Outputs of >= ``alloc.STREAM_BYTES`` go out by streaming stores
     (aligned body, ordinary head and tail; short rows only when they start
-    on a line, or a batch of them as one span when they lie end to end):
+    on a line, or a task's rows as one span when they lie end to end):
     the same bits as the ordinary stores of smaller calls, at every
     alignment of ``out``, in place, forward and backward, softmax too. Rows
-    of odd lengths start at every alignment."""
+    of odd lengths start at every alignment; on two threads, two spans meet
+    inside a line."""
     from logsoftmax.backends.cpu.alloc import STREAM_BYTES
 
     r = -(-STREAM_BYTES // (n * np.dtype(dtype).itemsize)) + 3
@@ -323,7 +325,7 @@ def test_streaming_stores_same_bits(dtype, n):
         CPU.log_softmax_backward(di, y, 1, di, dt)
         assert np.array_equal(bits(xi), bits(y)) and np.array_equal(bits(di), bits(g))
 
-    _with_threads(1, run)
+    _with_threads(threads, run)
 
 
 @pytest.mark.parametrize("dtype, c", [(F32, 64), (BF16, 64), (F32, 40)])

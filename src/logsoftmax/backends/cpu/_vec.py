@@ -45,6 +45,7 @@ __all__ = [
     "vload_n",
     "vstore_n",
     "lanes_below",
+    "lanes_below64",
     "vstore",
     "vstore_part",
     "vstore_nt",
@@ -265,6 +266,18 @@ def lanes_below(typingctx, count):
         return _mask(builder, args[0], W)
 
     return Vec(types.boolean, W)(count), codegen
+
+
+@intrinsic
+def lanes_below64(typingctx, count):
+    """The mask of the ``W // 2`` float64 lanes ``j < count`` (any count)."""
+    if not isinstance(count, types.Integer):
+        raise TypingError("lanes_below64: integer expected")
+
+    def codegen(context, builder, sig, args):
+        return _mask(builder, args[0], W // 2)
+
+    return Vec(types.boolean, W // 2)(count), codegen
 
 
 @intrinsic

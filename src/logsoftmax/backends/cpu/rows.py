@@ -27,8 +27,10 @@ from ._vec import (
     W,
     lane,
     lanes_below,
+    lanes_below64,
     prefetch_l2,
     sfence,
+    splat,
     vload,
     vload_n,
     vload_part,
@@ -420,48 +422,85 @@ def _dense_rows(g, op, n):
 
 
 @njit(forceinline=True, error_model="numpy")
-def _write_span(xb, ob, xo, oo, n, nb, op, accurate, m, lg, inv):
-    """Pass 2 of ``nb`` rows that lie end to end in ``xb`` and ``ob`` (from
-    ``xo``, ``oo``), written as one span by streaming stores from its first
-    64-byte boundary to its last: a line that holds the end of one row and
-    the start of the next is streamed too, its vector computed with each
-    row's statistics and the two blended lane by lane (the same values as
-    :func:`.segment.write_forward` row by row). Row by row, such shared
-    lines took ordinary stores, each reading its line from memory first:
-    two per row of a numpy ``out=`` (16 bytes past a line), or of rows
-    that are not whole lines (1000-byte float32 rows). Returns False, writing
-    nothing, when ``ob``'s elements are not aligned to their size."""
-    total = nb * n
-    xs = view(xb, xo, total)
-    os = view(ob, oo, total)
-    h = stream_head(os, 0)
-    if h < 0:
-        return False
-    b = lg if op == _LSM else inv
-    e = stream_end(os, h, total)
-    # the ordinary stores before the first line boundary and after the
-    # last: each within one row (rows are at least a line long here)
-    write_forward(xs, os, 0, h, op, accurate, m[0], lg[0], inv[0])
-    k = h
-    for r in range(nb):
+def _forward_vec_2rows(v, p, m0, b0, m1, b1, op, accurate):
+    """:func:`.segment.forward_vec` of a vector whose lanes ``j < p`` end one
+    row (statistics ``m0``, ``b0``) and whose others start the next (``m1``,
+    ``b1``): the statistics are blended lane by lane, so each lane gets its
+    own row's arithmetic at the cost of one vector (blending two results
+    computed with each row's statistics cost two)."""
+    lo, hi, f = lanes_below64(p), lanes_below64(p - W // 2), lanes_below(p)
+    return forward_vec(
+        v,
+        where(lo, splat(m0), splat(m1)),
+        where(hi, splat(m0), splat(m1)),
+        where(lo, splat(b0), splat(b1)),
+        where(hi, splat(b0), splat(b1)),
+        where(f, splat(np.float32(m0)), splat(np.float32(m1))),
+        where(f, splat(np.float32(b0)), splat(np.float32(b1))),
+        op,
+        accurate,
+    )
+
+
+@njit(forceinline=True, error_model="numpy")
+def _second_stat(lg, inv, r, op):
+    """Row ``r``'s ``log s`` (log_softmax) or ``1/s`` (softmax), read as a
+    scalar: choosing the array instead (``lg if ... else inv``) takes a
+    reference, whose atomic count update waits for every streaming store
+    in flight (~800 cycles a batch, a micro-benchmark of this loop)."""
+    return lg[r] if op == _LSM else inv[r]
+
+
+@njit(forceinline=True, error_model="numpy")
+def _write_span(xs, os, k, bstart, bend, n, op, accurate, m, lg, inv, final):
+    """Pass 2 of a batch of rows ``[bstart, bend)`` of a span ``xs``/``os``
+    (a task's rows, end to end in both), by streaming stores of whole
+    64-byte lines, from the line boundary ``k`` that the batch before left
+    unwritten to the last one in this batch; returns that one. Statistics:
+    row ``i`` of the batch at ``m[1 + i]`` (and ``lg``, ``inv``), the row
+    holding ``[k, bstart)`` (the batch before's last) at ``m[0]``. A line
+    that holds one row's end and the next row's start is streamed too, as
+    one vector of arithmetic with the two rows' statistics blended lane by
+    lane (the same values as :func:`.segment.write_forward` row by row).
+    Only the ``final`` batch writes its last partial line, by ordinary
+    stores; the span's first partial line is the caller's.
+
+    Why: an ordinary store into a line the cache does not hold reads the
+    line from memory first, and the stores queued behind it wait (stores
+    leave in order): with such a line at each end of every batch (rows
+    896 B, 16 bytes past a line: a numpy ``out=``) 64x3x224x224 float32
+    took 3.8-3.9 ms against 3.4 into a line-aligned output, and rows of 256
+    B (64x64x112x112 NHWC) row by row, two per row, 32 ms against 23."""
+    line = 64 // os.itemsize
+    e = k + (bend - k) // line * line
+    if k >= e:
+        return k
+    r = 0 if k < bstart else 1  # the statistics of the row holding k
+    row_end = bstart if r == 0 else bstart + n
+    mr, br = m[r], _second_stat(lg, inv, r, op)
+    mr32, br32 = np.float32(mr), np.float32(br)
+    v = vload(xs, k)
+    while True:
+        if k + W <= row_end:
+            y = forward_vec(v, mr, mr, br, br, mr32, br32, op, accurate)
+        else:  # this row's end and the next row's start
+            r += 1
+            m1, b1 = m[r], _second_stat(lg, inv, r, op)
+            y = _forward_vec_2rows(v, row_end - k, mr, br, m1, b1, op, accurate)
+            mr, br = m1, b1
+            mr32, br32 = np.float32(mr), np.float32(br)
+            row_end += n
+        kn = k + W
+        if kn < e:  # the next load before this store (stream_forward)
+            v = vload(xs, kn)
+        vstore_nt(os, k, y)
+        k = kn
         if k >= e:
             break
-        row_end = (r + 1) * n
-        mr, br = m[r], b[r]
-        mr32, br32 = np.float32(mr), np.float32(br)
-        last = min(row_end, e)
-        # the row's own vectors: write_forward's streamed loop
-        k = stream_forward(xs, os, k, k + (last - k) // W * W, op, accurate, mr, br, mr32, br32)
-        if k < row_end and k < e:  # one vector holds this row's end and the next row's start
-            v = vload(xs, k)
-            y = forward_vec(v, mr, mr, br, br, mr32, br32, op, accurate)
-            m1, b1 = m[r + 1], b[r + 1]
-            y1 = forward_vec(v, m1, m1, b1, b1, np.float32(m1), np.float32(b1), op, accurate)
-            vstore_nt(os, k, where(lanes_below(row_end - k), y, y1))
-            k += W
-    r = nb - 1
-    write_forward(xs, os, e, total - e, op, accurate, m[r], lg[r], inv[r])
-    return True
+    if final:
+        r = (bend - bstart) // n
+        write_forward(xs, os, e, bend - e, op, accurate, m[r], lg[r], inv[r])
+    return e
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -471,28 +510,39 @@ def forward_short(xb, ob, g, op, accurate, r0, r1):
     maxima, then all sums, then the logs as vectors, then all writes), so
     that the rows' dependency chains (max -> sum -> log -> write, ~300 cycles
     of latency) overlap instead of running one after another. A streamed
-    output whose rows lie end to end (with the input's) is written a batch
-    at a time as one span (:func:`_write_span`)."""
+    output whose rows lie end to end (with the input's) is written as one
+    span, a batch at a time (:func:`_write_span`)."""
     wide_vectors()
     n = g[2]
     stream = streams(ob, g)
-    # spans only where rows would leave lines to ordinary stores: rows of at
-    # least STREAM_ROW_BYTES that are not whole lines or start off a line
-    # (shorter rows there stay off streaming, as per row). In-process A/B
-    # against rows one by one: 32x16x250x250 float32 (1000-byte rows)
-    # 1.16x; rows of whole lines, where both stream the same lines, 0.83x
-    # (64-element rows) to 0.97x (384) from the span loop's own cost.
+    # a task's rows as one span where rows one by one would leave lines to
+    # ordinary stores: rows (of at least a line) that are not whole lines or
+    # start off one. In-process A/B against rows one by one (Intel Xeon,
+    # LLVM rocketlake), into a numpy out= (16 bytes past a line): 400000x64
+    # float32 1.29x, 400000x100 1.32x, 32x16x250x250 1.06x, 64x3x224x224
+    # 1.05x; into the pool's output: 400000x100 1.32x, 2000000x24 1.23x.
+    # Rows of whole lines on lines stream the same lines either way and keep
+    # the row loop.
     row_bytes = n * ob.itemsize
-    span = (stream and row_bytes >= STREAM_ROW_BYTES and n >= W
+    span = (stream and row_bytes >= 64 and n >= W
             and (row_bytes % 64 != 0 or stream_head(view(ob, _at(g, 1, 0, 0), n), 0) != 0)
             and _dense_rows(g, 0, n) and _dense_rows(g, 1, n))
-    scratch = np.empty(5 * BATCH)  # one allocation: m, s, log s, 1/s, max
-    m = scratch[:BATCH]
-    s = scratch[BATCH : 2 * BATCH]
-    lg = scratch[2 * BATCH : 3 * BATCH]
-    inv = scratch[3 * BATCH : 4 * BATCH]
-    mx = scratch[4 * BATCH :]
+    # one allocation: m, s, log s, 1/s, max; slot 0 of each holds the
+    # previous batch's last row (for the span's line shared with it)
+    # (as views without an owner: a reference taken or dropped is an atomic
+    # update, which waits for every streaming store in flight)
+    B1 = BATCH + 1
+    scratch = np.empty(5 * B1)
+    M, S, LG, INV = view(scratch, 0, B1), view(scratch, B1, B1), view(scratch, 2 * B1, B1), view(scratch, 3 * B1, B1)
+    m, s, lg, inv, mx = view(M, 1, BATCH), view(S, 1, BATCH), view(LG, 1, BATCH), view(INV, 1, BATCH), view(scratch, 4 * B1, B1)
     i1, i2 = _first(g, r0)
+    xs_all, os_all, k = view(xb, 0, 0), view(ob, 0, 0), 0
+    if span:
+        total = (r1 - r0) * n
+        xs_all = view(xb, _at(g, 0, i1, i2), total)
+        os_all = view(ob, _at(g, 1, i1, i2), total)
+        k = stream_head(os_all, 0)
+        span = k >= 0
     for b0 in range(r0, r1, BATCH):
         nb = min(BATCH, r1 - b0)
         j1, j2 = i1, i2
@@ -509,7 +559,13 @@ def forward_short(xb, ob, g, op, accurate, r0, r1):
                 p1, p2 = _next(g, p1, p2)
             j1, j2 = _next(g, j1, j2)
         _batch_logs(s, lg, inv, nb)
-        if span and _write_span(xb, ob, _at(g, 0, i1, i2), _at(g, 1, i1, i2), n, nb, op, accurate, m, lg, inv):
+        if span:
+            bstart = (b0 - r0) * n
+            if b0 == r0:  # the span's first partial line: ordinary stores
+                write_forward(xs_all, os_all, 0, k, op, accurate, m[0], lg[0], inv[0])
+            k = _write_span(xs_all, os_all, k, bstart, bstart + nb * n, n, op, accurate,
+                            M, LG, INV, b0 + nb >= r1)
+            M[0], LG[0], INV[0] = m[nb - 1], lg[nb - 1], inv[nb - 1]
             for i in range(nb):
                 i1, i2 = _next(g, i1, i2)
             continue
