@@ -103,6 +103,9 @@ __all__ = [
     "write_forward",
     "chunk_grad_sum",
     "grad_sum_writing",
+    "grad_sum_streaming",
+    "store_backward",
+    "backward_vec",
     "write_backward",
 ]
 
@@ -559,13 +562,38 @@ def grad_sum_writing(ds, ys, c0, cl, op, pd, py, os, ns32, s32, head, n):
     store side ``head`` elements ahead, on whole lines; the caller writes
     the row's first ``head`` elements)."""
     wide_vectors()
+    lo, hi, e = _store_window(os, c0, cl, head, n)
+    k, j, a0, a1, a2, a3 = _grad_steps_writing(ds, ys, c0, c0 + cl, op, pd, py, os, lo, e,
+                                               head >= 0, ns32, s32)
+    store_backward(pd, py, os, j, hi, op, ns32, s32)
+    return _grad_sum_rest(ds, ys, k, c0 + cl, op, a0, a1, a2, a3)
+
+
+@njit(forceinline=True, error_model="numpy")
+def grad_sum_streaming(ds, ys, n, op, pd, py, os, lo, e, ns32, s32):
+    """:func:`chunk_grad_sum` of a short row ``ds``/``ys[:n]`` (``n <=
+    CHUNK``) that also streams ``os[lo:e)`` (whole 64-byte lines: the span
+    of rows that :func:`.rows._backward_pipelined` writes, ``pd``, ``py``
+    -> ``os`` with ``ns32``, ``s32``, fast path), as :func:`grad_sum_writing`
+    does for a window of the previous row."""
+    wide_vectors()
+    k, j, a0, a1, a2, a3 = _grad_steps_writing(ds, ys, 0, n, op, pd, py, os, lo, e, True, ns32, s32)
+    while j < e:
+        vstore_nt(os, j, backward_vec(vload(pd, j), vload(py, j), op, ns32, s32))
+        j += W
+    return _grad_sum_rest(ds, ys, k, n, op, a0, a1, a2, a3)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _grad_steps_writing(ds, ys, c0, end, op, pd, py, os, lo, e, nt, ns32, s32):
+    """The lockstep loop of :func:`grad_sum_writing`: two vectors of the sum
+    of ``ds``/``ys`` from ``c0`` and two of ``os`` from ``lo`` a step, while
+    both last (``end``, ``e``). Returns where each stopped and the sum's
+    four accumulators."""
     a0 = splat(0.0)
     a1 = a0
     a2 = a0
     a3 = a0
-    nt = head >= 0
-    lo, hi, e = _store_window(os, c0, cl, head, n)
-    end = c0 + cl
     g0 = splat(_ZERO)  # each step stores the step before's results, after its own loads
     g1 = g0
     k = c0
@@ -579,24 +607,23 @@ def grad_sum_writing(ds, ys, c0, cl, op, pd, py, os, ns32, s32, head, n):
         if k > c0:
             _put(os, j - 2 * W, g0, nt)
             _put(os, j - W, g1, nt)
-        g0 = _backward_vec(d0, y0, op, ns32, s32)
-        g1 = _backward_vec(d1, y1, op, ns32, s32)
+        g0 = backward_vec(d0, y0, op, ns32, s32)
+        g1 = backward_vec(d1, y1, op, ns32, s32)
         k += 2 * W
     j = lo + (k - c0)
     if k > c0:
         _put(os, j - 2 * W, g0, nt)
         _put(os, j - W, g1, nt)
-    _store_backward(pd, py, os, j, hi, op, ns32, s32)
-    return _grad_sum_rest(ds, ys, k, end, op, a0, a1, a2, a3)
+    return k, j, a0, a1, a2, a3
 
 
 @njit(forceinline=True, error_model="numpy")
-def _store_backward(ds, ys, os, a, b, op, ns32, s32):
+def store_backward(ds, ys, os, a, b, op, ns32, s32):
     """Fast-path pass 2 on ``[a, b)`` with ordinary (masked) stores."""
     while a < b:
         d = vload_n(ds, a, b - a, _ZERO)
         y = vload_n(ys, a, b - a, _ZERO)
-        vstore_n(os, a, _backward_vec(d, y, op, ns32, s32), b - a)
+        vstore_n(os, a, backward_vec(d, y, op, ns32, s32), b - a)
         a += W
 
 
@@ -633,21 +660,21 @@ def write_backward(ds, ys, os, c0, cl, op, accurate, s, head=-1):
     s32 = np.float32(s)
     if head >= 0:
         k = min(c0 + head, end)
-        _store_backward(ds, ys, os, c0, k, op, ns32, s32)
+        store_backward(ds, ys, os, c0, k, op, ns32, s32)
         e = stream_end(os, k, end)
         while k < e:
-            vstore_nt(os, k, _backward_vec(vload(ds, k), vload(ys, k), op, ns32, s32))
+            vstore_nt(os, k, backward_vec(vload(ds, k), vload(ys, k), op, ns32, s32))
             k += W
     else:
         while k + W <= end:
             prefetch_w(os, k + 16 * W)
-            vstore(os, k, _backward_vec(vload(ds, k), vload(ys, k), op, ns32, s32))
+            vstore(os, k, backward_vec(vload(ds, k), vload(ys, k), op, ns32, s32))
             k += W
-    _store_backward(ds, ys, os, k, end, op, ns32, s32)
+    store_backward(ds, ys, os, k, end, op, ns32, s32)
 
 
 @njit(forceinline=True, error_model="numpy")
-def _backward_vec(d, y, op, ns32, s32):
+def backward_vec(d, y, op, ns32, s32):
     """Fast-path pass 2 of the backward on one vector."""
     if op == _LSM:
         return vfma(exp_f32(y), ns32, d)
