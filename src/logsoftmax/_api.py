@@ -241,17 +241,6 @@ def _apart(a, b) -> bool:
     )
 
 
-def _fresh_out(out, x, dt) -> bool:
-    """``out`` is an ndarray of ``x``'s shape and dtype ``dt`` that shares no
-    memory with it (the caller checks that it is writeable)."""
-    return (
-        type(out) is _ndarray
-        and out.dtype == dt
-        and out.shape == x.shape
-        and _apart(out, x)
-    )
-
-
 def _fast_forward(op: int, x, axis, out):
     """The backend result for the common call, or None (take the general path)."""
     if type(x) is _ndarray and type(axis) is int:
@@ -259,15 +248,15 @@ def _fast_forward(op: int, x, axis, out):
         if dt in _NATIVE:
             nd = x.ndim
             if -nd <= axis < nd:
-                # out: exactly x, or a separate ndarray of x's shape and dtype
-                # (checks inlined: this is the fixed cost of every out= call)
+                # out: exactly x, or a separate writeable ndarray (checks
+                # inlined: this is the fixed cost of every out= call); that
+                # its shape and dtype are x's is part of the backend's plan
+                # key (a plan for any other declines: None, the general path)
                 if out is not None and not (
                     (
                         out is x
                         or (
                             type(out) is _ndarray
-                            and out.dtype is dt
-                            and out.shape == x.shape
                             and ((out.base is None and x.base is None) or _apart(out, x))
                         )
                     )
@@ -281,14 +270,26 @@ def _fast_forward(op: int, x, axis, out):
 
 
 def _fast_backward(op: int, diff_dst, dst, axis, out):
+    """:func:`_fast_forward` for the backward (``dst``'s and ``out``'s shape
+    and dtype: the backend's plan key, as there)."""
     if type(diff_dst) is _ndarray and type(dst) is _ndarray and type(axis) is int:
         dt = diff_dst.dtype
-        if dt in _NATIVE and dst.dtype == dt and dst.shape == diff_dst.shape:
+        if dt in _NATIVE:
             nd = diff_dst.ndim
             if -nd <= axis < nd and (
                 out is None
                 or (
-                    (out is diff_dst or out is dst or (_fresh_out(out, diff_dst, dt) and _apart(out, dst)))
+                    (
+                        out is diff_dst
+                        or out is dst
+                        or (
+                            type(out) is _ndarray
+                            and (
+                                (out.base is None and diff_dst.base is None and dst.base is None)
+                                or (_apart(out, diff_dst) and _apart(out, dst))
+                            )
+                        )
+                    )
                     and out.flags.writeable
                 )
             ):

@@ -23,9 +23,12 @@ or output strides, in place or not, and between AVX2 and AVX-512 machines.
 
 A call maps its arrays' shapes and strides to the kernels' view once
 (:mod:`.layout`) and caches that *plan* under the call's signature (op,
-shape, strides, dtypes, axis, ``out``'s strides), so a repeated call costs a
+shapes, strides, dtypes, axis, ``out``'s too), so a repeated call costs a
 dict lookup, the flat views of its arrays and the kernel call (fixed cost
-measured in docs/performance.md).
+measured in docs/performance.md). A call whose ``dst`` or ``out`` does not
+have the input's shape and dtype returns None: the front door's fast path
+leaves those checks here, where the input's shape is at hand (~0.1 us of an
+``out=`` call), and takes its general path, which raises the error.
 
 Problems under ``SERIAL_MAX`` elements (or with one numba thread) run the
 serial forms of the kernels (same bits): waking numba's thread pool costs more
@@ -241,10 +244,13 @@ class CpuBackend(Backend):
         call)."""
         # in place or not is the same plan (the kernels read every vector
         # before writing it); only the float64 kernels ask, per call
+        shape = x.shape
         if out is None:
-            key = (op, x.shape, x.strides, x.dtype, dtype, axis)
+            key = (op, shape, x.strides, x.dtype, dtype, axis)
+        elif out.shape != shape or out.dtype != dtype:
+            return None  # not a call to run (the front door's fast path asks)
         else:
-            key = (op, x.shape, x.strides, x.dtype, dtype, axis, out.strides)
+            key = (op, shape, x.strides, x.dtype, dtype, axis, out.strides)
         run = self._plans.get(key)
         if run is None:
             run = self._plans[key] = self._plan_forward(op, x, axis, out, np.dtype(dtype))
@@ -314,8 +320,14 @@ class CpuBackend(Backend):
     # -- backward ---------------------------------------------------------------
     def backward(self, op, diff_dst, dst, axis, out, dtype):
         """The backward of ``op``: as :meth:`forward`."""
-        key = (op, diff_dst.shape, diff_dst.strides, dst.strides, diff_dst.dtype, dtype, axis)
+        shape = diff_dst.shape
+        in_dt = diff_dst.dtype
+        if dst.shape != shape or dst.dtype != in_dt:
+            return None  # as in forward
+        key = (op, shape, diff_dst.strides, dst.strides, in_dt, dtype, axis)
         if out is not None:
+            if out.shape != shape or out.dtype != dtype:
+                return None
             key += (out.strides,)
         run = self._plans.get(key)
         if run is None:
