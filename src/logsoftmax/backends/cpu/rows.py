@@ -56,6 +56,7 @@ from .segment import (
     stream_forward,
     stream_head,
     store_backward,
+    stream_backward,
     sum32_writing,
     write_backward,
     write_forward,
@@ -376,9 +377,7 @@ def _backward_span(db, yb, ob, g, op, r0, r1):
                                          ds_all, ys_all, os_all, k, e, ns32, s32)
             s_before, s = s, s_next
         else:
-            while k < e:
-                vstore_nt(os_all, k, backward_vec(vload(ds_all, k), vload(ys_all, k), op, ns32, s32))
-                k += W
+            stream_backward(ds_all, ys_all, os_all, k, e, op, ns32, s32)
             store_backward(ds_all, ys_all, os_all, e, total, op, ns32, s32)
         k = e
     sfence()

@@ -105,6 +105,7 @@ __all__ = [
     "grad_sum_writing",
     "grad_sum_streaming",
     "store_backward",
+    "stream_backward",
     "backward_vec",
     "write_backward",
 ]
@@ -578,10 +579,18 @@ def grad_sum_streaming(ds, ys, n, op, pd, py, os, lo, e, ns32, s32):
     does for a window of the previous row."""
     wide_vectors()
     k, j, a0, a1, a2, a3 = _grad_steps_writing(ds, ys, 0, n, op, pd, py, os, lo, e, True, ns32, s32)
-    while j < e:
-        vstore_nt(os, j, backward_vec(vload(pd, j), vload(py, j), op, ns32, s32))
-        j += W
+    stream_backward(pd, py, os, j, e, op, ns32, s32)
     return _grad_sum_rest(ds, ys, k, n, op, a0, a1, a2, a3)
+
+
+@njit(forceinline=True, error_model="numpy")
+def stream_backward(ds, ys, os, a, e, op, ns32, s32):
+    """Fast-path pass 2 on the whole lines ``[a, e)`` by streaming stores;
+    returns ``e``."""
+    while a < e:
+        vstore_nt(os, a, backward_vec(vload(ds, a), vload(ys, a), op, ns32, s32))
+        a += W
+    return a
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -661,10 +670,7 @@ def write_backward(ds, ys, os, c0, cl, op, accurate, s, head=-1):
     if head >= 0:
         k = min(c0 + head, end)
         store_backward(ds, ys, os, c0, k, op, ns32, s32)
-        e = stream_end(os, k, end)
-        while k < e:
-            vstore_nt(os, k, backward_vec(vload(ds, k), vload(ys, k), op, ns32, s32))
-            k += W
+        k = stream_backward(ds, ys, os, k, stream_end(os, k, end), op, ns32, s32)
     else:
         while k + W <= end:
             prefetch_w(os, k + 16 * W)
