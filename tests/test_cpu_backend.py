@@ -22,8 +22,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import logsoftmax
 from logsoftmax import dtypes
-from logsoftmax.backends import get_backend
+from logsoftmax.backends import Op, get_backend
 
 numba = pytest.importorskip("numba")
 
@@ -987,3 +988,26 @@ def test_fault_in_maps_every_page_and_keeps_the_data():
     assert a[5 * page + 3] == 7 and a.sum() == 7
     del a
     buf.close()
+
+
+def test_backend_call_declines_an_out_or_dst_of_another_shape_or_dtype():
+    """The front door's fast path leaves the shape and dtype checks of
+    ``out`` (and of the backward's ``dst``) to the backend's call, which
+    returns None for a mismatch (the general path then raises), writing
+    nothing; a matching call still runs."""
+    x = np.random.default_rng(18).standard_normal((4, 8)).astype(F32)
+    y = _fwd("log_softmax", x, 1)
+    lsm = int(Op.LOG_SOFTMAX)
+    for out in (np.full((8, 4), 7, F32), np.full((4, 8), 7, np.float16)):
+        assert CPU.forward(lsm, x, 1, out, F32) is None
+        assert CPU.backward(lsm, x, y, 1, out, F32) is None
+        assert np.all(out == 7)
+    assert CPU.backward(lsm, x, y.T.copy(), 1, None, F32) is None
+    assert CPU.backward(lsm, x, y.astype(np.float16), 1, None, F32) is None
+    out = np.empty_like(x)
+    assert CPU.forward(lsm, x, 1, out, F32) is out
+    assert np.array_equal(bits(out), bits(y))
+    with pytest.raises(ValueError):
+        logsoftmax.log_softmax(x, out=np.empty((8, 4), F32))
+    with pytest.raises(TypeError):
+        logsoftmax.log_softmax_backward(x, y.astype(np.float16))
