@@ -52,8 +52,6 @@ from .segment import (
     grad_sum_writing,
     merge,
     row_log,
-    stream_end,
-    stream_forward,
     stream_head,
     store_backward,
     stream_backward,
@@ -392,12 +390,13 @@ def _span_rows(ob, g, n, operands):
     row_bytes = n * ob.itemsize
     if row_bytes < 64 or n < W:
         return False
-    if row_bytes % 64 == 0 and stream_head(view(ob, _at(g, operands - 1, 0, 0), n), 0) == 0:
+    head = stream_head(view(ob, _at(g, operands - 1, 0, 0), n), 0)
+    if head < 0 or (head == 0 and row_bytes % 64 == 0):
         return False
     for o in range(operands):
         if not _dense_rows(g, o, n):
             return False
-    return stream_head(view(ob, _at(g, operands - 1, 0, 0), n), 0) >= 0
+    return True
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -547,10 +546,13 @@ def _write_span(xs, os, k, bstart, bend, n, op, accurate, m, lg, inv, final):
 
     Why: an ordinary store into a line the cache does not hold reads the
     line from memory first, and the stores queued behind it wait (stores
-    leave in order): with such a line at each end of every batch (rows
-    896 B, 16 bytes past a line: a numpy ``out=``) 64x3x224x224 float32
-    took 3.8-3.9 ms against 3.4 into a line-aligned output, and rows of 256
-    B (64x64x112x112 NHWC) row by row, two per row, 32 ms against 23."""
+    leave in order). Into a numpy ``out=`` (16 bytes past a line), one
+    process, medians against a line-aligned output: 64x3x224x224 float32
+    (rows of 896 B) spanned a batch at a time 3.90 ms against 3.45, a task
+    at a time 3.68 against 3.40, and 3.47 against 3.44 once the loop no
+    longer took references (:func:`_second_stat`); 64x64x112x112 NHWC
+    (rows of 256 B, unstreamed row by row) 31.8 -> 28.7 -> 21.7 ms against
+    21.8-23.4."""
     line = 64 // os.itemsize
     e = k + (bend - k) // line * line
     if k >= e:
@@ -604,10 +606,10 @@ def forward_short(xb, ob, g, op, accurate, r0, r1):
     # Rows of whole lines on lines stream the same lines either way and keep
     # the row loop.
     span = stream and _span_rows(ob, g, n, 2)
-    # one allocation: m, s, log s, 1/s, max; slot 0 of each holds the
-    # previous batch's last row (for the span's line shared with it)
-    # (as views without an owner: a reference taken or dropped is an atomic
-    # update, which waits for every streaming store in flight)
+    # one allocation: m, s, log s, 1/s, max, slot 0 of each the previous
+    # batch's last row (for the span's line shared with it); handed out as
+    # views without an owner, since a reference taken or dropped is an
+    # atomic update, which waits for every streaming store in flight
     B1 = BATCH + 1
     scratch = np.empty(5 * B1)
     M, S, LG, INV = view(scratch, 0, B1), view(scratch, B1, B1), view(scratch, 2 * B1, B1), view(scratch, 3 * B1, B1)
