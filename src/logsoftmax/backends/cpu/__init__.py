@@ -324,11 +324,12 @@ class CpuBackend(Backend):
         in_dt = diff_dst.dtype
         if dst.shape != shape or dst.dtype != in_dt:
             return None  # as in forward
-        key = (op, shape, diff_dst.strides, dst.strides, in_dt, dtype, axis)
-        if out is not None:
-            if out.shape != shape or out.dtype != dtype:
-                return None
-            key += (out.strides,)
+        if out is None:
+            key = (op, shape, diff_dst.strides, dst.strides, in_dt, dtype, axis)
+        elif out.shape != shape or out.dtype != dtype:
+            return None
+        else:
+            key = (op, shape, diff_dst.strides, dst.strides, in_dt, dtype, axis, out.strides)
         run = self._plans.get(key)
         if run is None:
             run = self._plans[key] = self._plan_backward(op, diff_dst, dst, axis, out, np.dtype(dtype))
