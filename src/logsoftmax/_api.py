@@ -250,8 +250,8 @@ def _fast_forward(op: int, x, axis, out):
             if -nd <= axis < nd:
                 # out: exactly x, or a separate writeable ndarray (checks
                 # inlined: this is the fixed cost of every out= call); that
-                # its shape and dtype are x's is part of the backend's plan
-                # key (a plan for any other declines: None, the general path)
+                # its shape and dtype are x's, the backend's call checks
+                # (None for any other: the general path, which raises)
                 if out is not None and not (
                     (
                         out is x
@@ -271,7 +271,7 @@ def _fast_forward(op: int, x, axis, out):
 
 def _fast_backward(op: int, diff_dst, dst, axis, out):
     """:func:`_fast_forward` for the backward (``dst``'s and ``out``'s shape
-    and dtype: the backend's plan key, as there)."""
+    and dtype: checked by the backend's call, as there)."""
     if type(diff_dst) is _ndarray and type(dst) is _ndarray and type(axis) is int:
         dt = diff_dst.dtype
         if dt in _NATIVE:

@@ -232,28 +232,25 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
 def _tile_max(xb, p, sn, cl, jn, mc):
     """Per-column max ``mc`` of ``cl`` rows from ``xb[p]``, row by row (the
     tile streams through memory)."""
-    for j in range(0, jn, W):
-        vstore(mc, j, vload_n(xb, p + j, jn - j, _NINF))
-    for k in range(1, cl):
-        q = p + k * sn
-        if jn <= _AHEAD_COLS:
+    for k in range(cl):
+        if k > 0 and jn <= _AHEAD_COLS:
             for j in range(0, jn, W):
-                prefetch(xb, q + _AHEAD * sn + j)
-        for j in range(0, jn, W):
-            vstore(mc, j, vmax_x86(vload(mc, j), vload_n(xb, q + j, jn - j, _NINF)))
+                prefetch(xb, p + (k + _AHEAD) * sn + j)
+        _max_row(xb, p, sn, k, jn, mc)
 
 
 @njit(forceinline=True, error_model="numpy")
-def _next_max_row(xb, pn, sn, k, jn2, mn):
-    """Row ``k`` of the next tile (``xb[pn + k * sn:][:jn2]``) into its
-    running max ``mn``: :func:`_tile_max`'s steps, in its order."""
-    q = pn + k * sn
+def _max_row(xb, p, sn, k, jn, mc):
+    """Row ``k`` of a tile (``xb[p + k * sn:][:jn]``) into its running
+    per-column max ``mc`` (row 0 starts it): :func:`_tile_max`'s step, which
+    the pipelined tiles also take for the next tile inside this one's sums."""
+    q = p + k * sn
     if k == 0:
-        for j in range(0, jn2, W):
-            vstore(mn, j, vload_n(xb, q + j, jn2 - j, _NINF))
+        for j in range(0, jn, W):
+            vstore(mc, j, vload_n(xb, q + j, jn - j, _NINF))
     else:
-        for j in range(0, jn2, W):
-            vstore(mn, j, vmax_x86(vload(mn, j), vload_n(xb, q + j, jn2 - j, _NINF)))
+        for j in range(0, jn, W):
+            vstore(mc, j, vmax_x86(vload(mc, j), vload_n(xb, q + j, jn - j, _NINF)))
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -300,7 +297,7 @@ def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, p
     contiguous elements on one page), every lane of every column in a
     ``lanes x J`` scratch. ``pn >= 0``: each row ``k`` also takes row ``k``
     of the next tile (``jn2`` columns from ``xb[pn]``, ``cl`` rows too) into
-    that tile's max ``mn`` (:func:`_next_max_row`)."""
+    that tile's max ``mn`` (:func:`_max_row`)."""
     nv = (jn + W - 1) // W
     if accurate:
         for lane_ in range(min(cl, LANES64)):  # lanes with no element hold 0
@@ -308,7 +305,7 @@ def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, p
                 vstore(acc64, lane_ * J + v * (W // 2), splat(0.0))
         for k in range(cl):
             if pn >= 0:
-                _next_max_row(xb, pn, sn, k, jn2, mn)
+                _max_row(xb, pn, sn, k, jn2, mn)
             q = (k % LANES64) * J
             for v in range(nv):
                 j = v * W
@@ -326,7 +323,7 @@ def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, p
                 vstore(acc32, lane_ * J + v * W, splat(_ZERO))
         for k in range(cl):
             if pn >= 0:
-                _next_max_row(xb, pn, sn, k, jn2, mn)
+                _max_row(xb, pn, sn, k, jn2, mn)
             q = (k % LANES32) * J
             for v in range(nv):
                 j = v * W

@@ -573,8 +573,8 @@ def grad_sum_writing(ds, ys, c0, cl, op, pd, py, os, ns32, s32, head, n):
 @njit(forceinline=True, error_model="numpy")
 def grad_sum_streaming(ds, ys, n, op, pd, py, os, lo, e, ns32, s32):
     """:func:`chunk_grad_sum` of a short row ``ds``/``ys[:n]`` (``n <=
-    CHUNK``) that also streams ``os[lo:e)`` (whole 64-byte lines: the span
-    of rows that :func:`.rows._backward_pipelined` writes, ``pd``, ``py``
+    CHUNK``) that also streams ``os[lo:e)`` (whole 64-byte lines of the span
+    of rows that :func:`.rows._backward_span` writes, ``pd``, ``py``
     -> ``os`` with ``ns32``, ``s32``, fast path), as :func:`grad_sum_writing`
     does for a window of the previous row."""
     wide_vectors()
