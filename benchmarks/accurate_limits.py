@@ -46,6 +46,7 @@ from logsoftmax.backends.cpu.segment import (
     LANES64,
     chunk_max,
     chunk_sum_at,
+    write_backward,
     write_forward,
 )
 
@@ -98,7 +99,7 @@ def _tile_sums(x, g, J, mc, lane_major):
     if lane_major:
         C._tile_sums_lane_major(x, p, sn, n, J, True, f32s, acc64, mc, sc)
     else:
-        C._tile_sums_row_major(x, p, sn, n, J, True, f32s, acc64, mc, sc, J)
+        C._tile_sums_row_major(x, p, sn, n, J, True, f32s, acc64, mc, sc, J, -1, 0, mc)
     return sc
 
 
@@ -162,6 +163,49 @@ def main() -> None:
           f" (the two sum orders give the same bits: {same})")
     for k, v in sec.items():
         print(f"  {k:40s} {v / (c * J) * 1e9:6.3f}")
+    _backward_rows(args.repeat, rng, torch)
+
+
+@njit(cache=True)
+def _bwd_write_pass(d, y, o, n):
+    """The accurate backward's pass 2 alone (``diff_dst - e**dst * S``, a
+    float64 ``exp`` per element, rounded once), ``S`` given."""
+    for i in range(d.size // n):
+        write_backward(view(d, i * n, n), view(y, i * n, n), view(o, i * n, n), 0, n, _LSM,
+                       True, 0.37)
+
+
+def _backward_rows(repeat, rng, torch) -> None:
+    """float32 log_softmax backward of short rows, which the suite holds to
+    1 eps on rows of 4-40 (``SHORT_BACKWARD``: the accurate path, a float64
+    ``exp(dst)``; PyTorch's float32 one is 1.1-3.9 eps): PyTorch's whole
+    backward against our whole one and our pass 2 alone, in cache."""
+    from logsoftmax.backends.cpu.layout import layout
+    from logsoftmax.backends.cpu.rows import backward_short
+
+    print("\nbackward rows (float32, log_softmax), ns per element; 1.2x PyTorch's budget")
+    for n in (16, 32, 48):
+        rows = 4096 // n * 16  # 256 KiB a stream: L2
+        x = (rng.standard_normal((rows, n)) * 3).astype(np.float32)
+        d = rng.standard_normal((rows, n)).astype(np.float32)
+        tx = torch.from_numpy(x)
+        y = torch.log_softmax(tx, 1).numpy().copy()
+        o = np.empty_like(d)
+        lay = layout(d.shape, [d.strides, y.strides, o.strides], [4, 4, 4], 1)
+        db, yb, ob = lay.buffers([d, y, o])
+        g = next(iter(lay.geometries()))
+        td, ty, to = torch.from_numpy(d), torch.from_numpy(y), torch.empty_like(tx)
+        fns = {
+            "torch": lambda: torch._log_softmax_backward_data(td, ty, 1, torch.float32, out=to),
+            "ours": lambda: backward_short(db, yb, ob, g, _LSM, True, 0, rows),
+            "pass 2 alone": lambda: _bwd_write_pass(db, yb, ob, n),
+        }
+        sec, _ = time_calls(fns, repeat)
+        ns = {k: v / d.size * 1e9 for k, v in sec.items()}
+        budget = ns["torch"] / 1.2
+        print(f"  n = {n:2d}: torch {ns['torch']:.3f}, ours {ns['ours']:.3f}, our pass 2 alone "
+              f"{ns['pass 2 alone']:.3f}; budget {budget:.3f} (pass 2 alone "
+              f"{ns['pass 2 alone'] / budget:.2f}x it)")
 
 
 if __name__ == "__main__":

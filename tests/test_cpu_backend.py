@@ -495,6 +495,117 @@ def test_pipelined_backward_matches_rows_one_at_a_time(dtype, n):
         _with_threads(threads, run)
 
 
+def _rows_call(kernel, arrays, dtypes_, op, accurate):
+    """``kernel`` (a row kernel's ``(*buffers, g, op, accurate, r0, r1)``)
+    over every row of 2-d ``arrays`` (inputs, then the output, axis 1)."""
+    from logsoftmax.backends.cpu.layout import layout
+
+    lay = layout(arrays[0].shape, [a.strides for a in arrays], [a.itemsize for a in arrays], 1)
+    g = next(iter(lay.geometries()))
+    kernel(*lay.buffers(arrays), g, op, accurate, 0, arrays[0].shape[0])
+
+
+@pytest.mark.parametrize(
+    "dtype, out_dtype, accurate",
+    [(F32, F32, True), (F32, F32, False), (BF16, BF16, False), (F16, F16, False),
+     (F32, BF16, False)],
+    ids=["f32", "f32-fast", "bf16", "f16", "f32-to-bf16"],
+)
+def test_tiny_rows_give_the_row_kernels_bits(dtype, out_dtype, accurate):
+    """Rows of <= ``tiny.TINY`` elements run a row per vector lane
+    (``backends/cpu/tiny.py``): the same bits as the row kernels row by row
+    (``rows.forward_range`` / ``backward_range``), for every n from 1 to 16
+    (gathered and register-transposed batches), log_softmax and softmax,
+    forward and backward, with a partial last batch, rows that do not lie
+    end to end, and rows of special values (a forward batch holding one is
+    redone row by row)."""
+    from logsoftmax.backends.cpu import rows, tiny
+
+    rng = np.random.default_rng(21)
+    for n in range(1, tiny.TINY + 1):
+        for r, dense in ((37, True), (21, False)):
+            base = (rng.standard_normal((r, n + 3)) * 3).astype(dtype)
+            x = np.ascontiguousarray(base[:, :n]) if dense else base[:, :n]
+            x[3, 0] = np.nan
+            x[5, :] = -np.inf
+            x[7, n - 1] = np.inf
+            x[9, 0] = -np.inf
+            x[11, :] = 0.0
+            x[11, 0] = -0.0
+            for op in (0, 1):
+                ref, got = np.empty(x.shape, out_dtype), np.empty(x.shape, out_dtype)
+                _rows_call(rows.forward_range, [x, ref], None, op, accurate)
+                _rows_call(tiny.forward_tiny, [x, got], None, op, accurate)
+                assert np.array_equal(bits(got), bits(ref)), ("forward", n, dense, op)
+            if dtype != out_dtype:
+                continue
+            dd = rng.standard_normal(x.shape).astype(dtype)
+            dd[2, 0] = -0.0
+            dd[4, :] = -0.0
+            dd[6, 0] = np.nan
+            y = np.ascontiguousarray(x)
+            for op in (0, 1):
+                ref, got = np.empty(x.shape, dtype), np.empty(x.shape, dtype)
+                _rows_call(rows.backward_range, [dd, y, ref], None, op, accurate)
+                _rows_call(tiny.backward_tiny, [dd, y, got], None, op, accurate)
+                assert np.array_equal(bits(got), bits(ref)), ("backward", n, dense, op)
+
+
+@pytest.mark.parametrize("n", [2, 7, 16])
+def test_tiny_rows_in_place_out_and_threads(n):
+    """Tiny rows through the backend: allocating, into a shifted ``out``, in
+    place, on one thread and two (tasks that split a batch), forward and
+    backward: one set of bits, the row kernels' (row by row)."""
+    from logsoftmax.backends.cpu import rows
+
+    r = 70_001 // n + 5  # over SERIAL_MAX elements: the parallel kernels
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal((r, n)) * 3).astype(np.float32)
+    dd = rng.standard_normal((r, n)).astype(np.float32)
+    ref = np.empty_like(x)
+    _rows_call(rows.forward_range, [x, ref], None, 0, True)
+    gref = np.empty_like(x)
+    _rows_call(rows.backward_range, [dd, ref, gref], None, 0, True)
+    buf = np.empty(x.size + 3, np.float32)
+
+    def run():
+        assert np.array_equal(bits(_fwd("log_softmax", x, 1)), bits(ref))
+        o = buf[3:].reshape(x.shape)
+        _fwd("log_softmax", x, 1, o)
+        assert np.array_equal(bits(o), bits(ref))
+        xi = x.copy()
+        _fwd("log_softmax", xi, 1, xi)
+        assert np.array_equal(bits(xi), bits(ref))
+        assert np.array_equal(bits(CPU.log_softmax_backward(dd, ref, 1, None, F32)), bits(gref))
+        di = dd.copy()
+        CPU.log_softmax_backward(di, ref, 1, di, F32)
+        assert np.array_equal(bits(di), bits(gref))
+
+    for threads in (1, 2):
+        _with_threads(threads, run)
+
+
+def test_keep_holds_a_viewed_scratch_alive():
+    """numba frees a local array after its last use, and an ownerless
+    ``_simd.view`` of it is none: without ``_simd.keep`` the next allocation
+    of its size takes the memory the view still reads."""
+    from numba import njit
+
+    from logsoftmax.backends.cpu._simd import keep, view
+
+    @njit
+    def kept():
+        a = np.zeros(1000)
+        v = view(a, 0, 1000)
+        b = np.empty(1000)
+        b[:] = 7.0
+        r = v[0] + b[0]
+        keep(a)
+        return r
+
+    assert kept() == 7.0
+
+
 # ---------------------------------------------------------------------------
 # memory: O(rows) extra, nothing full-size besides the result
 # ---------------------------------------------------------------------------

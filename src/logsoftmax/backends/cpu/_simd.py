@@ -47,6 +47,7 @@ __all__ = [
     "TRUE",
     "maxnum",
     "view",
+    "keep",
     "elem_ptr",
     "fma",
     "exp32",
@@ -161,6 +162,23 @@ def elem_ptr(typingctx, arr, idx):
     def codegen(context, builder, signature, args):
         ary = context.make_array(signature.args[0])(context, builder, args[0])
         return builder.gep(ary.data, [args[1]])
+
+    return sig, codegen
+
+
+@intrinsic
+def keep(typingctx, buf):
+    """A use of ``buf`` that compiles to nothing. numba frees a local array
+    after its last use in the function, and an ownerless :func:`view` of it
+    is not a use: a function that allocates a scratch array and works
+    through views of it calls ``keep(scratch)`` after its last view access,
+    or the memory may be handed to the next allocation while the views still
+    write it (a view of a freed ``np.zeros(1000)`` read the 7.0 that a later
+    ``np.empty(1000)`` was filled with)."""
+    sig = types.none(buf)
+
+    def codegen(context, builder, signature, args):
+        return context.get_dummy_value()
 
     return sig, codegen
 

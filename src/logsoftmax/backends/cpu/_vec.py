@@ -42,6 +42,8 @@ __all__ = [
     "Vec",
     "vload",
     "vload_part",
+    "vgather",
+    "transpose16",
     "vload_n",
     "vstore_n",
     "lanes_below",
@@ -253,6 +255,75 @@ def _masked_intrinsic(builder, name, vt, fnargs):
             ir.VoidType(), [vt, ptr_t, _I32, ir.VectorType(ir.IntType(1), vt.count)]
         )
     return builder.call(_declare(builder, f"llvm.masked.{name}.{_iname(vt)}.p0", fnty), fnargs)
+
+
+@intrinsic
+def vgather(typingctx, buf, base, idx, j):
+    """The float32 vector ``buf[base + idx[j + l]]``, ``l < W`` (``idx``: an
+    int32 array): ``llvm.masked.gather``, which LLVM emits as ``vgatherdps``
+    or as 16 scalar loads where its tuning for the CPU prefers those (it
+    does for the Intel Xeon, LLVM rocketlake: no ``vgatherdps`` in
+    :mod:`.tiny`'s code). For transposes through an L1 scratch (:mod:`.tiny`)."""
+    if not (isinstance(buf, types.Array) and buf.ndim == 1 and buf.dtype == types.float32):
+        raise TypingError("vgather: a 1-D float32 buffer expected")
+    if not (isinstance(idx, types.Array) and idx.ndim == 1 and idx.dtype == types.int32):
+        raise TypingError("vgather: a 1-D int32 index array expected")
+
+    def codegen(context, builder, sig, args):
+        ptr = _ptr(context, builder, sig.args[0], args[0], args[1])
+        iptr = _ptr(context, builder, sig.args[2], args[2], args[3])
+        ivt = ir.VectorType(_I32, W)
+        offs = builder.sext(_load_vec(builder, iptr, ivt, 4), ir.VectorType(ir.IntType(64), W))
+        i64v = ir.VectorType(ir.IntType(64), W)
+        basev = builder.ptrtoint(ptr, ir.IntType(64))
+        basev = _promote(builder, basev, types.int64, Vec(types.int64, W))
+        addrs = builder.add(basev, builder.mul(offs, ir.Constant(i64v, [4] * W)))
+        ptv = ir.VectorType(ir.PointerType(), W)
+        ptrs = builder.inttoptr(addrs, ptv)
+        vt = ir.VectorType(_F32, W)
+        fnty = ir.FunctionType(vt, [ptv, _I32, ir.VectorType(ir.IntType(1), W), vt])
+        fn = _declare(builder, "llvm.masked.gather.v16f32.v16p0", fnty)
+        ones = ir.Constant(ir.VectorType(ir.IntType(1), W), [1] * W)
+        return builder.call(fn, [ptrs, ir.Constant(_I32, 4), ones, ir.Constant(vt, ir.Undefined)])
+
+    return F32x(buf, base, idx, j), codegen
+
+
+@intrinsic
+def transpose16(typingctx, src, s0, dst, d0):
+    """``dst[d0 + 16 k + i] = src[s0 + 16 i + k]``: a 16x16 float32 block
+    transposed in registers (16 vector loads, 4 steps of 16 two-vector
+    shuffles, 16 vector stores), the classic butterfly: step ``b = 8, 4,
+    2, 1`` pairs rows ``i`` and ``i + b`` and swaps their off-diagonal
+    ``b x b`` blocks."""
+    for a in (src, dst):
+        if not (isinstance(a, types.Array) and a.ndim == 1 and a.dtype == types.float32):
+            raise TypingError("transpose16: 1-D float32 buffers expected")
+
+    def codegen(context, builder, sig, args):
+        vt = ir.VectorType(_F32, W)
+        sp = _ptr(context, builder, sig.args[0], args[0], args[1])
+        dp = _ptr(context, builder, sig.args[2], args[2], args[3])
+        rows = [_load_vec(builder, builder.gep(sp, [ir.Constant(ir.IntType(64), W * r)]), vt, 4)
+                for r in range(W)]
+        b = W // 2
+        while b >= 1:
+            lo_m = ir.Constant(ir.VectorType(_I32, W),
+                               [l if not (l & b) else W + l - b for l in range(W)])
+            hi_m = ir.Constant(ir.VectorType(_I32, W),
+                               [l + b if not (l & b) else W + l for l in range(W)])
+            for i in range(W):
+                if not (i & b):
+                    a, c = rows[i], rows[i + b]
+                    rows[i] = builder.shuffle_vector(a, c, lo_m)
+                    rows[i + b] = builder.shuffle_vector(a, c, hi_m)
+            b //= 2
+        for k in range(W):
+            q = builder.gep(dp, [ir.Constant(ir.IntType(64), W * k)])
+            builder.store(rows[k], builder.bitcast(q, vt.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return types.none(src, s0, dst, d0), codegen
 
 
 @intrinsic

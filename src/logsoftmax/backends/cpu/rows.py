@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit, prange
 
 from ._math import log_f64
-from ._simd import TRUE, view, wide_vectors
+from ._simd import TRUE, keep, view, wide_vectors
 from ._vec import (
     W,
     lane,
@@ -39,6 +39,7 @@ from ._vec import (
     where,
 )
 from .. import Op
+from . import tiny
 from .alloc import STREAM_BYTES
 from .segment import (
     CHUNK,
@@ -597,6 +598,9 @@ def forward_short(xb, ob, g, op, accurate, r0, r1):
     span, a batch at a time (:func:`_write_span`)."""
     wide_vectors()
     n = g[2]
+    if n <= tiny.TINY:  # a row per lane (.tiny): 2-4x faster there
+        tiny.forward_tiny(xb, ob, g, op, accurate, r0, r1)
+        return
     stream = streams(ob, g)
     # a task's rows as one span where rows one by one would leave lines to
     # ordinary stores: rows (of at least a line) that are not whole lines or
@@ -652,6 +656,7 @@ def forward_short(xb, ob, g, op, accurate, r0, r1):
             os = view(ob, _at(g, 1, i1, i2), n)
             write_forward(xs, os, 0, n, op, accurate, m[i], lg[i], inv[i], _row_head(os, n, stream))
             i1, i2 = _next(g, i1, i2)
+    keep(scratch)  # alive until here: views are no use of it (_simd.keep)
     if stream:
         sfence()
 
@@ -663,6 +668,9 @@ def backward_short(db, yb, ob, g, op, accurate, r0, r1):
     batches, all sums first, then all writes (as :func:`forward_short`)."""
     wide_vectors()
     n = g[2]
+    if n <= tiny.TINY:
+        tiny.backward_tiny(db, yb, ob, g, op, accurate, r0, r1)
+        return
     if not accurate and r1 - r0 > 1:
         _backward_pipelined(db, yb, ob, g, op, r0, r1, streams(ob, g))
         return

@@ -1,0 +1,389 @@
+"""Tiny rows (``n <= TINY`` elements, unit stride): one row per vector lane.
+
+A row of a few elements fills a sliver of a vector and pays, per row, for
+everything a long row amortises: a masked load and store, the horizontal
+max and the lane tree of its sum, its log. Row by row
+(:func:`.rows.forward_short`) that was 20-30 ns a row on the Intel Xeon
+(LLVM rocketlake), so rows of 2 float32 lost to PyTorch's ``out=`` (0.76x
+forward, 0.73x backward) and rows of 16 were level with it or behind
+(1.05x forward, 0.63x backward).
+
+Here a batch of :data:`W` rows is transposed through an L1 scratch, so that
+vector ``k`` holds element ``k`` of every row of the batch. The max, the
+terms, the row's lane tree (lane ``l`` + lane ``l + 8``, then ``+ 4``,
+``+ 2``, ``+ 1``: the order in which :mod:`.segment` adds the terms of a
+row of ``n <= 16``, a lane past ``n`` holding what the masked load gives
+there), the log and pass 2 then run as whole vectors, each lane doing
+exactly what :mod:`.segment` does for its row: the same bits as the row
+kernels, for any batch, thread count or layout.
+
+The transposes: rows under 8 elements go in as the batch's run of
+``16 n`` elements (``n`` vector loads) and come out of it by one gather per
+element index (:func:`._vec.vgather`, from L1); longer ones as a row per
+vector through a 16x16 register transpose (:func:`._vec.transpose16`, 64
+shuffles), which costs the same whatever ``n`` is. One thread, in cache,
+log_softmax float32, ns per row with gathers / with the transpose (measured
+on the loop before its scratch became ownerless views, which made both
+faster): n = 2 7.0 / 9.1, 8 11.5 / 11.5, 16 18.7 / 15.8.
+
+A forward batch with a row whose sum is not finite (a NaN, ``+inf``, a row
+of only ``-inf``) is redone row by row by the row kernels' code, which
+owns the rules for those (:func:`.segment.chunk_sum_at`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .. import Op
+from . import rows
+from ._math import exp_f32, exp_f32_sum, exp_f64, exp_f64_any, log_f64
+from ._simd import keep, view, wide_vectors
+from ._vec import (
+    W,
+    hi_f64,
+    join_f32,
+    lo_f64,
+    prefetch,
+    prefetch_w,
+    splat,
+    transpose16,
+    vfma,
+    vgather,
+    vload,
+    vload_n,
+    vstore,
+    vstore_n,
+)
+from .alloc import STREAM_BYTES
+from .segment import forward_vec, vmax_x86
+
+__all__ = ["TINY", "forward_tiny", "backward_tiny"]
+
+#: rows of at most this many elements take :func:`forward_tiny` and
+#: :func:`backward_tiny` (a lane per row: a row's terms then fit the first
+#: of the row kernels' lane vectors)
+TINY = 16
+#: rows of at least this many elements are transposed in registers, shorter
+#: ones by gathers (module doc)
+_TRANSPOSE_MIN = 8
+#: batches ahead whose lines a big problem asks for (inputs) and claims
+#: (outputs, ``prefetchw``): one thread per core cannot keep enough misses
+#: in flight otherwise. 2 threads, log_softmax float32 2**23 elements
+#: (32 MiB out), ns per row and thread, none / 2 batches ahead: n = 8
+#: 14.5 / 12.3, 12 18.7 / 15.5, 16 20.7 / 17.7; on problems that stay in
+#: cache (4 MiB) the prefetches cost 3-5%, so only outputs that stream
+#: (:data:`.alloc.STREAM_BYTES`) take them
+_AHEAD = 2
+
+_LSM = Op.LOG_SOFTMAX
+_SM = Op.SOFTMAX
+_ZERO = np.float32(0.0)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _scratch(n):
+    """The owners of a call's scratch, to be used through views and kept
+    alive to the end (:func:`._simd.keep`): four float32 ``W x W`` blocks
+    (zero: a partial batch's missing rows are finite filler), one float64
+    block, and the gather indices: ``[k W + i] = i n + k`` (row ``i``'s
+    element ``k`` in a batch's run), ``[W W + c W + l]``: where element
+    ``c W + l`` of the run sits in a transposed block."""
+    f32s = np.zeros(4 * W * W, np.float32)
+    f64s = np.empty(W * W)
+    idx = np.empty(2 * W * W, np.int32)
+    for k in range(n):
+        for i in range(W):
+            idx[k * W + i] = i * n + k
+    i = 0
+    k = 0
+    for pos in range(n * W):  # element pos of the run is row i's element k
+        idx[W * W + pos] = k * W + i
+        k += 1
+        if k == n:
+            k = 0
+            i += 1
+    return f32s, f64s, idx
+
+
+@njit(forceinline=True, error_model="numpy")
+def _load_batch(buf, g, op, i1, i2, nb, n, run, block, idx, net, dense):
+    """Rows ``(i1, i2)...`` (``nb`` of them) of operand ``op`` transposed into
+    ``block`` (``block[k W + i]``: row ``i``'s element ``k``), via ``run``."""
+    wide_vectors()
+    if net:  # a row per vector, then the register transpose
+        for i in range(nb):
+            vstore(run, i * W, vload_n(buf, rows._at(g, op, i1, i2), n, _ZERO))
+            i1, i2 = rows._next(g, i1, i2)
+        transpose16(run, 0, block, 0)
+    else:  # the batch's run, then a gather per element index
+        tot = nb * n
+        if dense:
+            p = rows._at(g, op, i1, i2)
+            for c in range(0, tot, W):
+                vstore(run, c, vload_n(buf, p + c, tot - c, _ZERO))
+        else:
+            for i in range(nb):
+                vstore_n(run, i * n, vload_n(buf, rows._at(g, op, i1, i2), n, _ZERO), n)
+                i1, i2 = rows._next(g, i1, i2)
+        for k in range(n):
+            vstore(block, k * W, vgather(run, 0, idx, k * W))
+
+
+@njit(forceinline=True, error_model="numpy")
+def _store_batch(buf, g, op, i1, i2, nb, n, block, run, idx, net, dense):
+    """:func:`_load_batch` backwards: ``block`` (transposed results) into the
+    rows of operand ``op`` (rounded once to its type by the stores)."""
+    wide_vectors()
+    if net:
+        transpose16(block, 0, run, 0)
+        for i in range(nb):
+            vstore_n(buf, rows._at(g, op, i1, i2), vload(run, i * W), n)
+            i1, i2 = rows._next(g, i1, i2)
+    elif dense:
+        tot = nb * n
+        q = rows._at(g, op, i1, i2)
+        for c in range(0, tot, W):
+            vstore_n(buf, q + c, vgather(block, 0, idx, W * W + c), tot - c)
+    else:
+        tot = nb * n
+        for c in range(0, tot, W):
+            vstore(run, c, vgather(block, 0, idx, W * W + c))
+        for i in range(nb):
+            vstore_n(buf, rows._at(g, op, i1, i2), vload(run, i * n), n)
+            i1, i2 = rows._next(g, i1, i2)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _ahead(buf, g, op, i1, i2, n, write):
+    """Ask for the lines of the batch :data:`_AHEAD` batches after the one at
+    ``(i1, i2)`` (dense rows): for reading, or to be written."""
+    p = rows._at(g, op, i1, i2) + _AHEAD * W * n
+    for c in range(0, W * n, 64 // buf.itemsize):
+        if write:
+            prefetch_w(buf, p + c)
+        else:
+            prefetch(buf, p + c)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _lane_tree(acc, half):
+    """``acc[0:W]`` (``acc[0:W/2]`` and ``acc[W/2:W]``: float64 halves when
+    ``half``) = the tree of the 16 lane rows ``acc[l * W:]``: row ``l`` +
+    row ``l + h`` for ``h = 8, 4, 2, 1`` (a row's lanes as
+    :func:`._vec.reduce_add` adds them)."""
+    wide_vectors()
+    h = W // 2
+    while h >= 1:
+        for j in range(h):
+            a = j * W
+            b = (j + h) * W
+            vstore(acc, a, vload(acc, a) + vload(acc, b))
+            if half:
+                vstore(acc, a + W // 2, vload(acc, a + W // 2) + vload(acc, b + W // 2))
+        h //= 2
+
+
+# ---------------------------------------------------------------------------
+# forward
+# ---------------------------------------------------------------------------
+@njit(forceinline=True, error_model="numpy")
+def _forward_batch(xt, yt, n, op, accurate, acc32, acc64):
+    """Forward of the transposed batch ``xt`` into ``yt``; returns whether
+    every row's sum is finite (else not all results are the row kernels')."""
+    wide_vectors()
+    mx = vload(xt, 0)
+    for k in range(1, n):
+        mx = vmax_x86(mx, vload(xt, k * W))
+    m_lo = lo_f64(mx)
+    m_hi = hi_f64(mx)
+    if accurate:  # .segment._sum64: lanes k and k + 8 of two float64 halves
+        past = exp_f64(splat(np.float64(-np.inf)))  # a masked-off lane's term
+        for k in range(W):
+            if k < n:
+                x = vload(xt, k * W)
+                vstore(acc64, k * W, exp_f64(lo_f64(x) - m_lo))
+                vstore(acc64, k * W + W // 2, exp_f64(hi_f64(x) - m_hi))
+            else:
+                vstore(acc64, k * W, past)
+                vstore(acc64, k * W + W // 2, past)
+        _lane_tree(acc64, True)
+        s_lo = vload(acc64, 0)
+        s_hi = vload(acc64, W // 2)
+    else:  # .segment._sum32: the first of its four accumulators, lanes past n 0
+        for k in range(W):
+            if k < n:
+                vstore(acc32, k * W, exp_f32_sum(vload(xt, k * W) - mx))
+            else:
+                vstore(acc32, k * W, splat(_ZERO))
+        _lane_tree(acc32, False)
+        s = vload(acc32, 0)
+        s_lo = lo_f64(s)
+        s_hi = hi_f64(s)
+    if op == _LSM:
+        b_lo = log_f64(s_lo)
+        b_hi = log_f64(s_hi)
+    else:
+        b_lo = 1.0 / s_lo
+        b_hi = 1.0 / s_hi
+    b32 = join_f32(b_lo, b_hi)
+    for k in range(n):
+        y = forward_vec(vload(xt, k * W), m_lo, m_hi, b_lo, b_hi, mx, b32, op, accurate)
+        vstore(yt, k * W, y)
+    vstore(acc64, 0, s_lo)
+    vstore(acc64, W // 2, s_hi)
+    nfin = 0
+    for i in range(W):
+        if not acc64[i] < np.inf:  # NaN too
+            nfin += 1
+    return nfin == 0
+
+
+@njit(forceinline=True, error_model="numpy")
+def _forward(xb, ob, g, op, accurate, r0, r1):
+    wide_vectors()
+    n = g[2]
+    dense = rows._dense_rows(g, 0, n) and rows._dense_rows(g, 1, n)
+    ahead = dense and g[0] * g[1] * n * ob.itemsize >= STREAM_BYTES
+    net = n >= _TRANSPOSE_MIN
+    f32s, f64s, idxs = _scratch(n)
+    # ownerless views (_simd.view): a reference taken in the loop is an
+    # atomic update; slices of the scratch made this loop 1.5x slower
+    run, xt, yt, acc32 = (view(f32s, 0, W * W), view(f32s, W * W, W * W),
+                          view(f32s, 2 * W * W, W * W), view(f32s, 3 * W * W, W * W))
+    acc64, idx = view(f64s, 0, W * W), view(idxs, 0, 2 * W * W)
+    i1 = r0 // g[1]
+    i2 = r0 - i1 * g[1]
+    for b0 in range(r0, r1, W):
+        nb = min(W, r1 - b0)
+        if ahead and b0 + _AHEAD * W < r1:
+            _ahead(xb, g, 0, i1, i2, n, False)
+            _ahead(ob, g, 1, i1, i2, n, True)
+        _load_batch(xb, g, 0, i1, i2, nb, n, run, xt, idx, net, dense)
+        if _forward_batch(xt, yt, n, op, accurate, acc32, acc64):
+            _store_batch(ob, g, 1, i1, i2, nb, n, yt, run, idx, net, dense)
+        else:  # the row kernels' way; no store yet: inputs intact (in place)
+            rows.forward_range(xb, ob, g, op, accurate, b0, b0 + nb)
+        for _ in range(nb):
+            i1, i2 = rows._next(g, i1, i2)
+    keep(f32s)
+    keep(f64s)
+    keep(idxs)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def forward_tiny(xb, ob, g, op, accurate, r0, r1):
+    """:func:`.rows.forward_short` for rows of ``n <= TINY``: batches of
+    ``W`` rows, a row per lane (module doc). ``ob`` may be ``xb`` (in place):
+    a batch is read whole before any of it is written.
+
+    One copy of the loop per precision and op, each compiled with them as
+    constants: one thread, in cache, rows of 16 float32, 20.5 -> 15.8 ns a
+    row against one loop that branched on them."""
+    wide_vectors()
+    if accurate:
+        if op == _LSM:
+            _forward(xb, ob, g, _LSM, True, r0, r1)
+        else:
+            _forward(xb, ob, g, _SM, True, r0, r1)
+    elif op == _LSM:
+        _forward(xb, ob, g, _LSM, False, r0, r1)
+    else:
+        _forward(xb, ob, g, _SM, False, r0, r1)
+
+
+# ---------------------------------------------------------------------------
+# backward
+# ---------------------------------------------------------------------------
+@njit(forceinline=True, error_model="numpy")
+def _backward_batch(dt, yt, gt, n, op, accurate, acc64):
+    """Backward of the transposed batch (``dt``: ``diff_dst``, ``yt``:
+    ``dst``) into ``gt``: :func:`.segment.chunk_grad_sum`'s float64 terms
+    (``0 + t``: its lanes start at 0; the ``+ 0`` of the lanes ``l + 16``
+    that a row of 16 leaves empty changes no bit after it) in its lane tree,
+    then :func:`.segment.write_backward`."""
+    wide_vectors()
+    for k in range(W):
+        if k < n:
+            d = vload(dt, k * W)
+            if op == _LSM:
+                t_lo, t_hi = lo_f64(d), hi_f64(d)
+            else:
+                y = vload(yt, k * W)
+                t_lo, t_hi = lo_f64(d) * lo_f64(y), hi_f64(d) * hi_f64(y)
+            vstore(acc64, k * W, 0.0 + t_lo)  # (-0 -> +0, as there; the + 0 after is exact)
+            vstore(acc64, k * W + W // 2, 0.0 + t_hi)
+        else:
+            vstore(acc64, k * W, splat(0.0))
+            vstore(acc64, k * W + W // 2, splat(0.0))
+    _lane_tree(acc64, True)
+    s_lo = vload(acc64, 0)
+    s_hi = vload(acc64, W // 2)
+    if accurate:
+        for k in range(n):
+            d = vload(dt, k * W)
+            y = vload(yt, k * W)
+            if op == _LSM:
+                v = join_f32(vfma(exp_f64_any(lo_f64(y)), -s_lo, lo_f64(d)),
+                             vfma(exp_f64_any(hi_f64(y)), -s_hi, hi_f64(d)))
+            else:
+                v = join_f32(lo_f64(y) * (lo_f64(d) - s_lo), hi_f64(y) * (hi_f64(d) - s_hi))
+            vstore(gt, k * W, v)
+    else:
+        s32 = join_f32(s_lo, s_hi)
+        ns32 = join_f32(-s_lo, -s_hi)
+        for k in range(n):
+            d = vload(dt, k * W)
+            y = vload(yt, k * W)
+            if op == _LSM:
+                v = vfma(exp_f32(y), ns32, d)
+            else:
+                v = y * (d - s32)
+            vstore(gt, k * W, v)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _backward(db, yb, ob, g, op, accurate, r0, r1):
+    wide_vectors()
+    n = g[2]
+    dense = rows._dense_rows(g, 0, n) and rows._dense_rows(g, 1, n) and rows._dense_rows(g, 2, n)
+    ahead = dense and g[0] * g[1] * n * ob.itemsize >= STREAM_BYTES
+    net = n >= _TRANSPOSE_MIN
+    f32s, f64s, idxs = _scratch(n)
+    run, dt, yt, gt = (view(f32s, 0, W * W), view(f32s, W * W, W * W),
+                       view(f32s, 2 * W * W, W * W), view(f32s, 3 * W * W, W * W))
+    acc64, idx = view(f64s, 0, W * W), view(idxs, 0, 2 * W * W)
+    i1 = r0 // g[1]
+    i2 = r0 - i1 * g[1]
+    for b0 in range(r0, r1, W):
+        nb = min(W, r1 - b0)
+        if ahead and b0 + _AHEAD * W < r1:
+            _ahead(db, g, 0, i1, i2, n, False)
+            _ahead(yb, g, 1, i1, i2, n, False)
+            _ahead(ob, g, 2, i1, i2, n, True)
+        _load_batch(db, g, 0, i1, i2, nb, n, run, dt, idx, net, dense)
+        _load_batch(yb, g, 1, i1, i2, nb, n, run, yt, idx, net, dense)
+        _backward_batch(dt, yt, gt, n, op, accurate, acc64)
+        _store_batch(ob, g, 2, i1, i2, nb, n, gt, run, idx, net, dense)
+        for _ in range(nb):
+            i1, i2 = rows._next(g, i1, i2)
+    keep(f32s)
+    keep(f64s)
+    keep(idxs)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def backward_tiny(db, yb, ob, g, op, accurate, r0, r1):
+    """:func:`.rows.backward_short` for rows of ``n <= TINY``: as
+    :func:`forward_tiny` (``ob`` may be ``db`` or ``yb``: in place)."""
+    wide_vectors()
+    if accurate:
+        if op == _LSM:
+            _backward(db, yb, ob, g, _LSM, True, r0, r1)
+        else:
+            _backward(db, yb, ob, g, _SM, True, r0, r1)
+    elif op == _LSM:
+        _backward(db, yb, ob, g, _LSM, False, r0, r1)
+    else:
+        _backward(db, yb, ob, g, _SM, False, r0, r1)
