@@ -512,17 +512,18 @@ def _rows_call(kernel, arrays, dtypes_, op, accurate):
     ids=["f32", "f32-fast", "bf16", "f16", "f32-to-bf16"],
 )
 def test_tiny_rows_give_the_row_kernels_bits(dtype, out_dtype, accurate):
-    """Rows of <= ``tiny.TINY`` elements run a row per vector lane
+    """Rows of up to 32 elements run a row per vector lane
     (``backends/cpu/tiny.py``): the same bits as the row kernels row by row
-    (``rows.forward_range`` / ``backward_range``), for every n from 1 to 16
-    (gathered and register-transposed batches), log_softmax and softmax,
+    (``rows.forward_range`` / ``backward_range``), for every n from 1 to 32
+    (gathered and register-transposed batches, one and two lane vectors a
+    row, whatever the thresholds that pick the kernel), log_softmax and softmax,
     forward and backward, with a partial last batch, rows that do not lie
     end to end, and rows of special values (a forward batch holding one is
     redone row by row)."""
     from logsoftmax.backends.cpu import rows, tiny
 
     rng = np.random.default_rng(21)
-    for n in range(1, tiny.TINY + 1):
+    for n in range(1, max(tiny.FORWARD_MAX, tiny.BACKWARD_MAX) + 1):
         for r, dense in ((37, True), (21, False)):
             base = (rng.standard_normal((r, n + 3)) * 3).astype(dtype)
             x = np.ascontiguousarray(base[:, :n]) if dense else base[:, :n]
@@ -551,7 +552,7 @@ def test_tiny_rows_give_the_row_kernels_bits(dtype, out_dtype, accurate):
                 assert np.array_equal(bits(got), bits(ref)), ("backward", n, dense, op)
 
 
-@pytest.mark.parametrize("n", [2, 7, 16])
+@pytest.mark.parametrize("n", [2, 7, 16, 24])
 def test_tiny_rows_in_place_out_and_threads(n):
     """Tiny rows through the backend: allocating, into a shifted ``out``, in
     place, on one thread and two (tasks that split a batch), forward and

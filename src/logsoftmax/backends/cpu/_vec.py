@@ -290,12 +290,12 @@ def vgather(typingctx, buf, base, idx, j):
 
 
 @intrinsic
-def transpose16(typingctx, src, s0, dst, d0):
-    """``dst[d0 + 16 k + i] = src[s0 + 16 i + k]``: a 16x16 float32 block
-    transposed in registers (16 vector loads, 4 steps of 16 two-vector
-    shuffles, 16 vector stores), the classic butterfly: step ``b = 8, 4,
-    2, 1`` pairs rows ``i`` and ``i + b`` and swaps their off-diagonal
-    ``b x b`` blocks."""
+def transpose16(typingctx, src, s0, ss, dst, d0, ds):
+    """``dst[d0 + ds k + i] = src[s0 + ss i + k]`` for ``i, k < 16``: a 16x16
+    float32 block (rows ``ss`` and ``ds`` elements apart) transposed in
+    registers (16 vector loads, 4 steps of 16 two-vector shuffles, 16 vector
+    stores), the classic butterfly: step ``b = 8, 4, 2, 1`` pairs rows ``i``
+    and ``i + b`` and swaps their off-diagonal ``b x b`` blocks."""
     for a in (src, dst):
         if not (isinstance(a, types.Array) and a.ndim == 1 and a.dtype == types.float32):
             raise TypingError("transpose16: 1-D float32 buffers expected")
@@ -303,8 +303,11 @@ def transpose16(typingctx, src, s0, dst, d0):
     def codegen(context, builder, sig, args):
         vt = ir.VectorType(_F32, W)
         sp = _ptr(context, builder, sig.args[0], args[0], args[1])
-        dp = _ptr(context, builder, sig.args[2], args[2], args[3])
-        rows = [_load_vec(builder, builder.gep(sp, [ir.Constant(ir.IntType(64), W * r)]), vt, 4)
+        dp = _ptr(context, builder, sig.args[3], args[3], args[4])
+        i64 = ir.IntType(64)
+        ss = context.cast(builder, args[2], sig.args[2], types.int64)
+        ds = context.cast(builder, args[5], sig.args[5], types.int64)
+        rows = [_load_vec(builder, builder.gep(sp, [builder.mul(ss, ir.Constant(i64, r))]), vt, 4)
                 for r in range(W)]
         b = W // 2
         while b >= 1:
@@ -319,11 +322,11 @@ def transpose16(typingctx, src, s0, dst, d0):
                     rows[i + b] = builder.shuffle_vector(a, c, hi_m)
             b //= 2
         for k in range(W):
-            q = builder.gep(dp, [ir.Constant(ir.IntType(64), W * k)])
+            q = builder.gep(dp, [builder.mul(ds, ir.Constant(i64, k))])
             builder.store(rows[k], builder.bitcast(q, vt.as_pointer()), align=4)
         return context.get_dummy_value()
 
-    return types.none(src, s0, dst, d0), codegen
+    return types.none(src, s0, ss, dst, d0, ds), codegen
 
 
 @intrinsic

@@ -41,6 +41,7 @@ from ._vec import (
 from .. import Op
 from . import tiny
 from .alloc import STREAM_BYTES
+from .geometry import dense_rows, first_row, next_row, row_at
 from .segment import (
     CHUNK,
     backward_vec,
@@ -305,15 +306,15 @@ def _backward_pipelined(db, yb, ob, g, op, r0, r1, stream):
     if stream and n <= CHUNK and _span_rows(ob, g, n, 3):
         _backward_span(db, yb, ob, g, op, r0, r1)
         return
-    i1, i2 = _first(g, r0)
-    dp = view(db, _at(g, 0, i1, i2), n)
-    yp = view(yb, _at(g, 1, i1, i2), n)
+    i1, i2 = first_row(g, r0)
+    dp = view(db, row_at(g, 0, i1, i2), n)
+    yp = view(yb, row_at(g, 1, i1, i2), n)
     s = row_grad_sum(dp, yp, n, op)
     for _ in range(r0 + 1, r1):
-        prev = view(ob, _at(g, 2, i1, i2), n)
-        i1, i2 = _next(g, i1, i2)
-        ds = view(db, _at(g, 0, i1, i2), n)
-        ys = view(yb, _at(g, 1, i1, i2), n)
+        prev = view(ob, row_at(g, 2, i1, i2), n)
+        i1, i2 = next_row(g, i1, i2)
+        ds = view(db, row_at(g, 0, i1, i2), n)
+        ys = view(yb, row_at(g, 1, i1, i2), n)
         head = _row_head(prev, n, stream)
         ns32, s32 = np.float32(-s), np.float32(s)
         write_backward(dp, yp, prev, 0, min(max(head, 0), n), op, False, s)  # before the first line
@@ -321,7 +322,7 @@ def _backward_pipelined(db, yb, ob, g, op, r0, r1, stream):
         for c0 in range(0, n, CHUNK):
             s += grad_sum_writing(ds, ys, c0, min(n - c0, CHUNK), op, dp, yp, prev, ns32, s32, head, n)
         dp, yp = ds, ys
-    os = view(ob, _at(g, 2, i1, i2), n)
+    os = view(ob, row_at(g, 2, i1, i2), n)
     write_backward(dp, yp, os, 0, n, op, False, s, _row_head(os, n, stream))
     if stream:
         sfence()
@@ -347,10 +348,10 @@ def _backward_span(db, yb, ob, g, op, r0, r1):
     n = g[2]
     rows = r1 - r0
     total = rows * n
-    i1, i2 = _first(g, r0)
-    ds_all = view(db, _at(g, 0, i1, i2), total)
-    ys_all = view(yb, _at(g, 1, i1, i2), total)
-    os_all = view(ob, _at(g, 2, i1, i2), total)
+    i1, i2 = first_row(g, r0)
+    ds_all = view(db, row_at(g, 0, i1, i2), total)
+    ys_all = view(yb, row_at(g, 1, i1, i2), total)
+    os_all = view(ob, row_at(g, 2, i1, i2), total)
     line = 64 // ob.itemsize
     k = stream_head(os_all, 0)
     s = 0.0  # as row_grad_sum, to the bit (0.0 + -0.0 is 0.0)
@@ -391,11 +392,11 @@ def _span_rows(ob, g, n, operands):
     row_bytes = n * ob.itemsize
     if row_bytes < 64 or n < W:
         return False
-    head = stream_head(view(ob, _at(g, operands - 1, 0, 0), n), 0)
+    head = stream_head(view(ob, row_at(g, operands - 1, 0, 0), n), 0)
     if head < 0 or (head == 0 and row_bytes % 64 == 0):
         return False
     for o in range(operands):
-        if not _dense_rows(g, o, n):
+        if not dense_rows(g, o, n):
             return False
     return True
 
@@ -434,29 +435,6 @@ def backward_parallel(db, yb, ob, g, op, accurate, ntask):
 BATCH = 16
 
 
-@njit(forceinline=True, error_model="numpy")
-def _first(g, r0):
-    """``(i1, i2)`` of row ``r0``: the one division of a batch loop."""
-    i1 = r0 // g[1]
-    return i1, r0 - i1 * g[1]
-
-
-@njit(forceinline=True, error_model="numpy")
-def _at(g, op, i1, i2):
-    b = 4 + 5 * op
-    return g[b] + i1 * g[b + 1] + i2 * g[b + 2]
-
-
-@njit(forceinline=True, error_model="numpy")
-def _next(g, i1, i2):
-    """The row after ``(i1, i2)`` (no division per row: a 64-bit ``//``
-    per row cost ~20 cycles at n = 16)."""
-    i2 += 1
-    if i2 == g[1]:
-        return i1 + 1, 0
-    return i1, i2
-
-
 @njit(cache=True, nogil=True, error_model="numpy")
 def _batch_logs(s, lg, inv, nb):
     """``lg = log(s)`` and ``inv = 1/s`` for ``nb`` row sums, 8 per vector
@@ -491,14 +469,6 @@ def _prefetch_row(buf, off, n):
     (16x16x128x128 bfloat16) the prefetches' own instructions cost 14%."""
     for q in range(0, n, 64 // buf.itemsize):
         prefetch_l2(buf, off + q)
-
-
-@njit(forceinline=True, error_model="numpy")
-def _dense_rows(g, op, n):
-    """Whether operand ``op``'s rows lie end to end (row ``r + 1`` starts
-    where row ``r`` ends), so that a batch of them is one span."""
-    b = 4 + 5 * op
-    return g[b + 3] == 1 and (g[1] == 1 or g[b + 2] == n) and (g[0] == 1 or g[b + 1] == g[1] * n)
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -598,8 +568,8 @@ def forward_short(xb, ob, g, op, accurate, r0, r1):
     span, a batch at a time (:func:`_write_span`)."""
     wide_vectors()
     n = g[2]
-    if n <= tiny.TINY:  # a row per lane (.tiny): 2-4x faster there
-        tiny.forward_tiny(xb, ob, g, op, accurate, r0, r1)
+    if n <= (tiny.FORWARD_MAX_ACCURATE if accurate else tiny.FORWARD_MAX):
+        tiny.forward_tiny(xb, ob, g, op, accurate, r0, r1)  # a row per lane
         return
     stream = streams(ob, g)
     # a task's rows as one span where rows one by one would leave lines to
@@ -619,28 +589,28 @@ def forward_short(xb, ob, g, op, accurate, r0, r1):
     scratch = np.empty(5 * B1)
     M, S, LG, INV = view(scratch, 0, B1), view(scratch, B1, B1), view(scratch, 2 * B1, B1), view(scratch, 3 * B1, B1)
     m, s, lg, inv, mx = view(M, 1, BATCH), view(S, 1, BATCH), view(LG, 1, BATCH), view(INV, 1, BATCH), view(scratch, 4 * B1, B1)
-    i1, i2 = _first(g, r0)
+    i1, i2 = first_row(g, r0)
     xs_all, os_all, k = view(xb, 0, 0), view(ob, 0, 0), 0
     if span:
         total = (r1 - r0) * n
-        xs_all = view(xb, _at(g, 0, i1, i2), total)
-        os_all = view(ob, _at(g, 1, i1, i2), total)
+        xs_all = view(xb, row_at(g, 0, i1, i2), total)
+        os_all = view(ob, row_at(g, 1, i1, i2), total)
         k = stream_head(os_all, 0)
     for b0 in range(r0, r1, BATCH):
         nb = min(BATCH, r1 - b0)
         j1, j2 = i1, i2
         for i in range(nb):
-            mx[i] = chunk_max(view(xb, _at(g, 0, j1, j2), n), 0, n)
-            j1, j2 = _next(g, j1, j2)
+            mx[i] = chunk_max(view(xb, row_at(g, 0, j1, j2), n), 0, n)
+            j1, j2 = next_row(g, j1, j2)
         p1, p2 = j1, j2  # the next batch's first row, fetched during the sums
         j1, j2 = i1, i2
         for i in range(nb):
-            xs = view(xb, _at(g, 0, j1, j2), n)
+            xs = view(xb, row_at(g, 0, j1, j2), n)
             m[i], s[i] = chunk_sum_at(xs, n, np.float32(mx[i]), accurate)
             if stream and b0 + nb + i < r1:  # (cached problems: 14% slower)
-                _prefetch_row(xb, _at(g, 0, p1, p2), n)
-                p1, p2 = _next(g, p1, p2)
-            j1, j2 = _next(g, j1, j2)
+                _prefetch_row(xb, row_at(g, 0, p1, p2), n)
+                p1, p2 = next_row(g, p1, p2)
+            j1, j2 = next_row(g, j1, j2)
         _batch_logs(s, lg, inv, nb)
         if span:
             bstart = (b0 - r0) * n
@@ -652,10 +622,10 @@ def forward_short(xb, ob, g, op, accurate, r0, r1):
             i1, i2 = j1, j2  # (the sums loop stepped past the batch)
             continue
         for i in range(nb):
-            xs = view(xb, _at(g, 0, i1, i2), n)
-            os = view(ob, _at(g, 1, i1, i2), n)
+            xs = view(xb, row_at(g, 0, i1, i2), n)
+            os = view(ob, row_at(g, 1, i1, i2), n)
             write_forward(xs, os, 0, n, op, accurate, m[i], lg[i], inv[i], _row_head(os, n, stream))
-            i1, i2 = _next(g, i1, i2)
+            i1, i2 = next_row(g, i1, i2)
     keep(scratch)  # alive until here: views are no use of it (_simd.keep)
     if stream:
         sfence()
@@ -668,26 +638,26 @@ def backward_short(db, yb, ob, g, op, accurate, r0, r1):
     batches, all sums first, then all writes (as :func:`forward_short`)."""
     wide_vectors()
     n = g[2]
-    if n <= tiny.TINY:
-        tiny.backward_tiny(db, yb, ob, g, op, accurate, r0, r1)
+    if n <= tiny.BACKWARD_MAX:
+        tiny.backward_tiny(db, yb, ob, g, op, accurate, r0, r1)  # a row per lane
         return
     if not accurate and r1 - r0 > 1:
         _backward_pipelined(db, yb, ob, g, op, r0, r1, streams(ob, g))
         return
     s = np.empty(BATCH)
-    i1, i2 = _first(g, r0)
+    i1, i2 = first_row(g, r0)
     for b0 in range(r0, r1, BATCH):
         nb = min(BATCH, r1 - b0)
         j1, j2 = i1, i2
         for i in range(nb):
-            s[i] = chunk_grad_sum(view(db, _at(g, 0, j1, j2), n), view(yb, _at(g, 1, j1, j2), n), 0, n, op)
-            j1, j2 = _next(g, j1, j2)
+            s[i] = chunk_grad_sum(view(db, row_at(g, 0, j1, j2), n), view(yb, row_at(g, 1, j1, j2), n), 0, n, op)
+            j1, j2 = next_row(g, j1, j2)
         for i in range(nb):
-            ds = view(db, _at(g, 0, i1, i2), n)
-            ys = view(yb, _at(g, 1, i1, i2), n)
-            os = view(ob, _at(g, 2, i1, i2), n)
+            ds = view(db, row_at(g, 0, i1, i2), n)
+            ys = view(yb, row_at(g, 1, i1, i2), n)
+            os = view(ob, row_at(g, 2, i1, i2), n)
             write_backward(ds, ys, os, 0, n, op, accurate, s[i])
-            i1, i2 = _next(g, i1, i2)
+            i1, i2 = next_row(g, i1, i2)
 
 
 @njit(forceinline=True, error_model="numpy")

@@ -1,27 +1,29 @@
-"""Tiny rows (``n <= TINY`` elements, unit stride): one row per vector lane.
+"""Tiny rows (up to 32 elements, unit stride): one row per vector lane.
 
 A row of a few elements fills a sliver of a vector and pays, per row, for
 everything a long row amortises: a masked load and store, the horizontal
 max and the lane tree of its sum, its log. Row by row
 (:func:`.rows.forward_short`) that was 20-30 ns a row on the Intel Xeon
 (LLVM rocketlake), so rows of 2 float32 lost to PyTorch's ``out=`` (0.76x
-forward, 0.73x backward) and rows of 16 were level with it or behind
-(1.05x forward, 0.63x backward).
+forward, 0.73x backward), rows of 16 were level with it or behind (1.05x
+forward) and rows of 32 in 16 bits barely ahead (1.04-1.09x).
 
 Here a batch of :data:`W` rows is transposed through an L1 scratch, so that
 vector ``k`` holds element ``k`` of every row of the batch. The max, the
-terms, the row's lane tree (lane ``l`` + lane ``l + 8``, then ``+ 4``,
-``+ 2``, ``+ 1``: the order in which :mod:`.segment` adds the terms of a
-row of ``n <= 16``, a lane past ``n`` holding what the masked load gives
-there), the log and pass 2 then run as whole vectors, each lane doing
-exactly what :mod:`.segment` does for its row: the same bits as the row
-kernels, for any batch, thread count or layout.
+terms, the row's lane tree, the log and pass 2 then run as whole vectors,
+each lane doing exactly what :mod:`.segment` does for its row: the same
+bits as the row kernels, for any batch, thread count or layout. The tree is
+the row kernels' order of additions for a row of ``n <= 32``: its elements
+fill one or two lane vectors (a lane past ``n`` holding what their masked
+load gives there), the second added to the first lane by lane
+(:func:`_fold`), then lane ``l`` + lane ``l + 8``, ``+ 4``, ``+ 2``,
+``+ 1`` (:func:`_lane_tree`).
 
 The transposes: rows under 8 elements go in as the batch's run of
 ``16 n`` elements (``n`` vector loads) and come out of it by one gather per
 element index (:func:`._vec.vgather`, from L1); longer ones as a row per
-vector through a 16x16 register transpose (:func:`._vec.transpose16`, 64
-shuffles), which costs the same whatever ``n`` is. One thread, in cache,
+one or two vectors through 16x16 register transposes
+(:func:`._vec.transpose16`, 64 shuffles each). One thread, in cache,
 log_softmax float32, ns per row with gathers / with the transpose (measured
 on the loop before its scratch became ownerless views, which made both
 faster): n = 2 7.0 / 9.1, 8 11.5 / 11.5, 16 18.7 / 15.8.
@@ -37,7 +39,6 @@ import numpy as np
 from numba import njit
 
 from .. import Op
-from . import rows
 from ._math import exp_f32, exp_f32_sum, exp_f64, exp_f64_any, log_f64
 from ._simd import keep, view, wide_vectors
 from ._vec import (
@@ -57,14 +58,26 @@ from ._vec import (
     vstore_n,
 )
 from .alloc import STREAM_BYTES
-from .segment import forward_vec, vmax_x86
+from .geometry import dense_rows, first_row, next_row, row_at
+from .segment import chunk_stats, forward_vec, row_log, vmax_x86, write_forward
 
-__all__ = ["TINY", "forward_tiny", "backward_tiny"]
+__all__ = ["FORWARD_MAX", "FORWARD_MAX_ACCURATE", "BACKWARD_MAX", "forward_tiny", "backward_tiny"]
 
-#: rows of at most this many elements take :func:`forward_tiny` and
-#: :func:`backward_tiny` (a lane per row: a row's terms then fit the first
-#: of the row kernels' lane vectors)
-TINY = 16
+#: the longest rows that take :func:`forward_tiny` (float32 results, float64
+#: terms; 16-bit results, float32 terms) and :func:`backward_tiny`; longer
+#: ones run a row per vector (:mod:`.rows`). Measured against those, 2
+#: threads, 2**23 elements, ms (``forward_tiny`` / ``forward_short`` ...):
+#: float32 forward n = 2 16.3 / 59.2, 8 7.8 / 14.6, 16 5.1 / 6.7, 20 6.0 /
+#: 6.7, 24 5.9 / 6.1, 28 6.7 / 6.6, 32 4.9 / 4.2; bfloat16 forward 16 3.8 /
+#: 5.7, 24 3.3 / 4.9, 32 2.8 / 3.5; backward (the row kernel pipelines its
+#: fast path) float32 8 8.7 / 9.9, 12 7.3 / 7.2, 16 6.6 / 5.5, bfloat16 12
+#: 5.4 / 6.2, 16 4.4 / 3.9 (Intel Xeon, LLVM rocketlake)
+FORWARD_MAX_ACCURATE = 24
+FORWARD_MAX = 2 * W
+BACKWARD_MAX = 12
+#: element rows of a transposed block (and elements of a row in the run of
+#: the register-transposed path): the kernels take rows of up to 32
+_K = 2 * W
 #: rows of at least this many elements are transposed in registers, shorter
 #: ones by gathers (module doc)
 _TRANSPOSE_MIN = 8
@@ -85,21 +98,22 @@ _ZERO = np.float32(0.0)
 @njit(forceinline=True, error_model="numpy")
 def _scratch(n):
     """The owners of a call's scratch, to be used through views and kept
-    alive to the end (:func:`._simd.keep`): four float32 ``W x W`` blocks
-    (zero: a partial batch's missing rows are finite filler), one float64
-    block, and the gather indices: ``[k W + i] = i n + k`` (row ``i``'s
-    element ``k`` in a batch's run), ``[W W + c W + l]``: where element
-    ``c W + l`` of the run sits in a transposed block."""
-    f32s = np.zeros(4 * W * W, np.float32)
-    f64s = np.empty(W * W)
-    idx = np.empty(2 * W * W, np.int32)
+    alive to the end (:func:`._simd.keep`): four float32 blocks of ``_K``
+    element rows of ``W`` lanes (zero: a partial batch's missing rows are
+    finite filler), one float64 block, and the gather indices: ``[k W +
+    i] = i n + k`` (row ``i``'s element ``k`` in a batch's run), ``[_K W +
+    c W + l]``: where element ``c W + l`` of the run sits in a transposed
+    block."""
+    f32s = np.zeros(4 * _K * W, np.float32)
+    f64s = np.empty(_K * W)
+    idx = np.empty(2 * _K * W, np.int32)
     for k in range(n):
         for i in range(W):
             idx[k * W + i] = i * n + k
     i = 0
     k = 0
     for pos in range(n * W):  # element pos of the run is row i's element k
-        idx[W * W + pos] = k * W + i
+        idx[_K * W + pos] = k * W + i
         k += 1
         if k == n:
             k = 0
@@ -112,21 +126,26 @@ def _load_batch(buf, g, op, i1, i2, nb, n, run, block, idx, net, dense):
     """Rows ``(i1, i2)...`` (``nb`` of them) of operand ``op`` transposed into
     ``block`` (``block[k W + i]``: row ``i``'s element ``k``), via ``run``."""
     wide_vectors()
-    if net:  # a row per vector, then the register transpose
+    if net:  # a row per _K-wide run row, then the register transposes
         for i in range(nb):
-            vstore(run, i * W, vload_n(buf, rows._at(g, op, i1, i2), n, _ZERO))
-            i1, i2 = rows._next(g, i1, i2)
-        transpose16(run, 0, block, 0)
+            p = row_at(g, op, i1, i2)
+            vstore(run, i * _K, vload_n(buf, p, n, _ZERO))
+            if n > W:
+                vstore(run, i * _K + W, vload_n(buf, p + W, n - W, _ZERO))
+            i1, i2 = next_row(g, i1, i2)
+        transpose16(run, 0, _K, block, 0, W)
+        if n > W:
+            transpose16(run, W, _K, block, W * W, W)
     else:  # the batch's run, then a gather per element index
         tot = nb * n
         if dense:
-            p = rows._at(g, op, i1, i2)
+            p = row_at(g, op, i1, i2)
             for c in range(0, tot, W):
                 vstore(run, c, vload_n(buf, p + c, tot - c, _ZERO))
         else:
             for i in range(nb):
-                vstore_n(run, i * n, vload_n(buf, rows._at(g, op, i1, i2), n, _ZERO), n)
-                i1, i2 = rows._next(g, i1, i2)
+                vstore_n(run, i * n, vload_n(buf, row_at(g, op, i1, i2), n, _ZERO), n)
+                i1, i2 = next_row(g, i1, i2)
         for k in range(n):
             vstore(block, k * W, vgather(run, 0, idx, k * W))
 
@@ -137,34 +156,55 @@ def _store_batch(buf, g, op, i1, i2, nb, n, block, run, idx, net, dense):
     rows of operand ``op`` (rounded once to its type by the stores)."""
     wide_vectors()
     if net:
-        transpose16(block, 0, run, 0)
+        transpose16(block, 0, W, run, 0, _K)
+        if n > W:
+            transpose16(block, W * W, W, run, W, _K)
         for i in range(nb):
-            vstore_n(buf, rows._at(g, op, i1, i2), vload(run, i * W), n)
-            i1, i2 = rows._next(g, i1, i2)
+            q = row_at(g, op, i1, i2)
+            vstore_n(buf, q, vload(run, i * _K), n)
+            if n > W:
+                vstore_n(buf, q + W, vload(run, i * _K + W), n - W)
+            i1, i2 = next_row(g, i1, i2)
     elif dense:
         tot = nb * n
-        q = rows._at(g, op, i1, i2)
+        q = row_at(g, op, i1, i2)
         for c in range(0, tot, W):
-            vstore_n(buf, q + c, vgather(block, 0, idx, W * W + c), tot - c)
+            vstore_n(buf, q + c, vgather(block, 0, idx, _K * W + c), tot - c)
     else:
         tot = nb * n
         for c in range(0, tot, W):
-            vstore(run, c, vgather(block, 0, idx, W * W + c))
+            vstore(run, c, vgather(block, 0, idx, _K * W + c))
         for i in range(nb):
-            vstore_n(buf, rows._at(g, op, i1, i2), vload(run, i * n), n)
-            i1, i2 = rows._next(g, i1, i2)
+            vstore_n(buf, row_at(g, op, i1, i2), vload(run, i * n), n)
+            i1, i2 = next_row(g, i1, i2)
 
 
 @njit(forceinline=True, error_model="numpy")
 def _ahead(buf, g, op, i1, i2, n, write):
     """Ask for the lines of the batch :data:`_AHEAD` batches after the one at
     ``(i1, i2)`` (dense rows): for reading, or to be written."""
-    p = rows._at(g, op, i1, i2) + _AHEAD * W * n
+    p = row_at(g, op, i1, i2) + _AHEAD * W * n
     for c in range(0, W * n, 64 // buf.itemsize):
         if write:
             prefetch_w(buf, p + c)
         else:
             prefetch(buf, p + c)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _fold(acc, half):
+    """Lane row ``l`` += lane row ``l + 16`` (``l < 16``): a row of 17-32
+    elements fills two of the row kernels' lane vectors, which they add lane
+    by lane before the tree of :func:`_lane_tree` (``.segment._sum64``'s
+    running ``lo``, ``hi``; ``_sum32``'s and ``chunk_grad_sum``'s ``(a0 +
+    a2) + (a1 + a3)``)."""
+    wide_vectors()
+    for j in range(W):
+        a = j * W
+        b = (j + W) * W
+        vstore(acc, a, vload(acc, a) + vload(acc, b))
+        if half:
+            vstore(acc, a + W // 2, vload(acc, a + W // 2) + vload(acc, b + W // 2))
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -198,9 +238,11 @@ def _forward_batch(xt, yt, n, op, accurate, acc32, acc64):
         mx = vmax_x86(mx, vload(xt, k * W))
     m_lo = lo_f64(mx)
     m_hi = hi_f64(mx)
+    # the terms of element rows up to the row kernels' last lane vector
+    kl = W if n <= W else 2 * W
     if accurate:  # .segment._sum64: lanes k and k + 8 of two float64 halves
         past = exp_f64(splat(np.float64(-np.inf)))  # a masked-off lane's term
-        for k in range(W):
+        for k in range(kl):
             if k < n:
                 x = vload(xt, k * W)
                 vstore(acc64, k * W, exp_f64(lo_f64(x) - m_lo))
@@ -208,15 +250,19 @@ def _forward_batch(xt, yt, n, op, accurate, acc32, acc64):
             else:
                 vstore(acc64, k * W, past)
                 vstore(acc64, k * W + W // 2, past)
+        if n > W:
+            _fold(acc64, True)
         _lane_tree(acc64, True)
         s_lo = vload(acc64, 0)
         s_hi = vload(acc64, W // 2)
-    else:  # .segment._sum32: the first of its four accumulators, lanes past n 0
-        for k in range(W):
+    else:  # .segment._sum32: its first two accumulators, lanes past n 0
+        for k in range(kl):
             if k < n:
                 vstore(acc32, k * W, exp_f32_sum(vload(xt, k * W) - mx))
             else:
                 vstore(acc32, k * W, splat(_ZERO))
+        if n > W:
+            _fold(acc32, False)
         _lane_tree(acc32, False)
         s = vload(acc32, 0)
         s_lo = lo_f64(s)
@@ -233,28 +279,41 @@ def _forward_batch(xt, yt, n, op, accurate, acc32, acc64):
         vstore(yt, k * W, y)
     vstore(acc64, 0, s_lo)
     vstore(acc64, W // 2, s_hi)
-    nfin = 0
+    ok = True
     for i in range(W):
-        if not acc64[i] < np.inf:  # NaN too
-            nfin += 1
-    return nfin == 0
+        ok = ok and acc64[i] < np.inf  # False for NaN too
+    return ok
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _forward_rows(xb, ob, g, op, accurate, i1, i2, nb, n):
+    """``nb`` rows from ``(i1, i2)`` the row kernels' way (a row is one
+    chunk: :func:`.rows.forward_range`'s body), for a batch whose sums are
+    not all finite. ``op`` and ``accurate`` are the call's, not the
+    constants of :func:`forward_tiny`'s copies (a literal argument would
+    compile this once more per value)."""
+    for _ in range(nb):
+        xs = view(xb, row_at(g, 0, i1, i2), n)
+        m, s = chunk_stats(xs, 0, n, accurate)
+        write_forward(xs, view(ob, row_at(g, 1, i1, i2), n), 0, n, op, accurate, m, row_log(s),
+                      1.0 / s)
+        i1, i2 = next_row(g, i1, i2)
 
 
 @njit(forceinline=True, error_model="numpy")
-def _forward(xb, ob, g, op, accurate, r0, r1):
+def _forward(xb, ob, g, op, accurate, r0, r1, op_arg, acc_arg):
     wide_vectors()
     n = g[2]
-    dense = rows._dense_rows(g, 0, n) and rows._dense_rows(g, 1, n)
+    dense = dense_rows(g, 0, n) and dense_rows(g, 1, n)
     ahead = dense and g[0] * g[1] * n * ob.itemsize >= STREAM_BYTES
     net = n >= _TRANSPOSE_MIN
     f32s, f64s, idxs = _scratch(n)
     # ownerless views (_simd.view): a reference taken in the loop is an
     # atomic update; slices of the scratch made this loop 1.5x slower
-    run, xt, yt, acc32 = (view(f32s, 0, W * W), view(f32s, W * W, W * W),
-                          view(f32s, 2 * W * W, W * W), view(f32s, 3 * W * W, W * W))
-    acc64, idx = view(f64s, 0, W * W), view(idxs, 0, 2 * W * W)
-    i1 = r0 // g[1]
-    i2 = r0 - i1 * g[1]
+    B = _K * W
+    run, xt, yt, acc32 = view(f32s, 0, B), view(f32s, B, B), view(f32s, 2 * B, B), view(f32s, 3 * B, B)
+    acc64, idx = view(f64s, 0, B), view(idxs, 0, 2 * B)
+    i1, i2 = first_row(g, r0)
     for b0 in range(r0, r1, W):
         nb = min(W, r1 - b0)
         if ahead and b0 + _AHEAD * W < r1:
@@ -263,10 +322,10 @@ def _forward(xb, ob, g, op, accurate, r0, r1):
         _load_batch(xb, g, 0, i1, i2, nb, n, run, xt, idx, net, dense)
         if _forward_batch(xt, yt, n, op, accurate, acc32, acc64):
             _store_batch(ob, g, 1, i1, i2, nb, n, yt, run, idx, net, dense)
-        else:  # the row kernels' way; no store yet: inputs intact (in place)
-            rows.forward_range(xb, ob, g, op, accurate, b0, b0 + nb)
+        else:  # no store yet: the inputs are intact (in place too)
+            _forward_rows(xb, ob, g, op_arg, acc_arg, i1, i2, nb, n)
         for _ in range(nb):
-            i1, i2 = rows._next(g, i1, i2)
+            i1, i2 = next_row(g, i1, i2)
     keep(f32s)
     keep(f64s)
     keep(idxs)
@@ -274,7 +333,8 @@ def _forward(xb, ob, g, op, accurate, r0, r1):
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def forward_tiny(xb, ob, g, op, accurate, r0, r1):
-    """:func:`.rows.forward_short` for rows of ``n <= TINY``: batches of
+    """:func:`.rows.forward_short` for rows of up to 32 elements (it takes
+    this for rows up to :data:`FORWARD_MAX`): batches of
     ``W`` rows, a row per lane (module doc). ``ob`` may be ``xb`` (in place):
     a batch is read whole before any of it is written.
 
@@ -284,13 +344,13 @@ def forward_tiny(xb, ob, g, op, accurate, r0, r1):
     wide_vectors()
     if accurate:
         if op == _LSM:
-            _forward(xb, ob, g, _LSM, True, r0, r1)
+            _forward(xb, ob, g, _LSM, True, r0, r1, op, accurate)
         else:
-            _forward(xb, ob, g, _SM, True, r0, r1)
+            _forward(xb, ob, g, _SM, True, r0, r1, op, accurate)
     elif op == _LSM:
-        _forward(xb, ob, g, _LSM, False, r0, r1)
+        _forward(xb, ob, g, _LSM, False, r0, r1, op, accurate)
     else:
-        _forward(xb, ob, g, _SM, False, r0, r1)
+        _forward(xb, ob, g, _SM, False, r0, r1, op, accurate)
 
 
 # ---------------------------------------------------------------------------
@@ -300,11 +360,12 @@ def forward_tiny(xb, ob, g, op, accurate, r0, r1):
 def _backward_batch(dt, yt, gt, n, op, accurate, acc64):
     """Backward of the transposed batch (``dt``: ``diff_dst``, ``yt``:
     ``dst``) into ``gt``: :func:`.segment.chunk_grad_sum`'s float64 terms
-    (``0 + t``: its lanes start at 0; the ``+ 0`` of the lanes ``l + 16``
-    that a row of 16 leaves empty changes no bit after it) in its lane tree,
-    then :func:`.segment.write_backward`."""
+    (``0 + t``: its lanes start at 0; for a row of up to 16 the ``+ 0`` of
+    the empty lanes ``l + 16`` changes no bit and is left out) in its lane
+    tree, then :func:`.segment.write_backward`."""
     wide_vectors()
-    for k in range(W):
+    kl = W if n <= W else 2 * W
+    for k in range(kl):
         if k < n:
             d = vload(dt, k * W)
             if op == _LSM:
@@ -317,6 +378,8 @@ def _backward_batch(dt, yt, gt, n, op, accurate, acc64):
         else:
             vstore(acc64, k * W, splat(0.0))
             vstore(acc64, k * W + W // 2, splat(0.0))
+    if n > W:
+        _fold(acc64, True)
     _lane_tree(acc64, True)
     s_lo = vload(acc64, 0)
     s_hi = vload(acc64, W // 2)
@@ -347,15 +410,14 @@ def _backward_batch(dt, yt, gt, n, op, accurate, acc64):
 def _backward(db, yb, ob, g, op, accurate, r0, r1):
     wide_vectors()
     n = g[2]
-    dense = rows._dense_rows(g, 0, n) and rows._dense_rows(g, 1, n) and rows._dense_rows(g, 2, n)
+    dense = dense_rows(g, 0, n) and dense_rows(g, 1, n) and dense_rows(g, 2, n)
     ahead = dense and g[0] * g[1] * n * ob.itemsize >= STREAM_BYTES
     net = n >= _TRANSPOSE_MIN
     f32s, f64s, idxs = _scratch(n)
-    run, dt, yt, gt = (view(f32s, 0, W * W), view(f32s, W * W, W * W),
-                       view(f32s, 2 * W * W, W * W), view(f32s, 3 * W * W, W * W))
-    acc64, idx = view(f64s, 0, W * W), view(idxs, 0, 2 * W * W)
-    i1 = r0 // g[1]
-    i2 = r0 - i1 * g[1]
+    B = _K * W
+    run, dt, yt, gt = view(f32s, 0, B), view(f32s, B, B), view(f32s, 2 * B, B), view(f32s, 3 * B, B)
+    acc64, idx = view(f64s, 0, B), view(idxs, 0, 2 * B)
+    i1, i2 = first_row(g, r0)
     for b0 in range(r0, r1, W):
         nb = min(W, r1 - b0)
         if ahead and b0 + _AHEAD * W < r1:
@@ -367,7 +429,7 @@ def _backward(db, yb, ob, g, op, accurate, r0, r1):
         _backward_batch(dt, yt, gt, n, op, accurate, acc64)
         _store_batch(ob, g, 2, i1, i2, nb, n, gt, run, idx, net, dense)
         for _ in range(nb):
-            i1, i2 = rows._next(g, i1, i2)
+            i1, i2 = next_row(g, i1, i2)
     keep(f32s)
     keep(f64s)
     keep(idxs)
@@ -375,7 +437,8 @@ def _backward(db, yb, ob, g, op, accurate, r0, r1):
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def backward_tiny(db, yb, ob, g, op, accurate, r0, r1):
-    """:func:`.rows.backward_short` for rows of ``n <= TINY``: as
+    """:func:`.rows.backward_short` for rows of up to 32 elements (it takes
+    this for rows up to :data:`BACKWARD_MAX`): as
     :func:`forward_tiny` (``ob`` may be ``db`` or ``yb``: in place)."""
     wide_vectors()
     if accurate:
