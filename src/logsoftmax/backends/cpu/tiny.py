@@ -122,6 +122,29 @@ def _scratch(n):
 
 
 @njit(forceinline=True, error_model="numpy")
+def _mode(g, n, operands, out_itemsize):
+    """``(dense, ahead, net)``: every operand's rows end to end; the batches
+    ahead asked for (:data:`_AHEAD`, dense rows of an output that streams);
+    transposed in registers (else by gathers)."""
+    dense = True
+    for op in range(operands):
+        dense = dense and dense_rows(g, op, n)
+    ahead = dense and g[0] * g[1] * n * out_itemsize >= STREAM_BYTES
+    return dense, ahead, n >= _TRANSPOSE_MIN
+
+
+@njit(forceinline=True, error_model="numpy")
+def _blocks(f32s, f64s, idxs):
+    """:func:`_scratch`'s blocks as ownerless views (:func:`._simd.view`):
+    the four float32 blocks, the float64 one, the indices. A reference
+    taken in the batch loop is an atomic update; through slices of the
+    scratch the loop ran 1.5x longer."""
+    b = _K * W
+    return (view(f32s, 0, b), view(f32s, b, b), view(f32s, 2 * b, b), view(f32s, 3 * b, b),
+            view(f64s, 0, b), view(idxs, 0, 2 * b))
+
+
+@njit(forceinline=True, error_model="numpy")
 def _load_batch(buf, g, op, i1, i2, nb, n, run, block, idx, net, dense):
     """Rows ``(i1, i2)...`` (``nb`` of them) of operand ``op`` transposed into
     ``block`` (``block[k W + i]``: row ``i``'s element ``k``), via ``run``."""
@@ -304,15 +327,9 @@ def _forward_rows(xb, ob, g, op, accurate, i1, i2, nb, n):
 def _forward(xb, ob, g, op, accurate, r0, r1, op_arg, acc_arg):
     wide_vectors()
     n = g[2]
-    dense = dense_rows(g, 0, n) and dense_rows(g, 1, n)
-    ahead = dense and g[0] * g[1] * n * ob.itemsize >= STREAM_BYTES
-    net = n >= _TRANSPOSE_MIN
+    dense, ahead, net = _mode(g, n, 2, ob.itemsize)
     f32s, f64s, idxs = _scratch(n)
-    # ownerless views (_simd.view): a reference taken in the loop is an
-    # atomic update; slices of the scratch made this loop 1.5x slower
-    B = _K * W
-    run, xt, yt, acc32 = view(f32s, 0, B), view(f32s, B, B), view(f32s, 2 * B, B), view(f32s, 3 * B, B)
-    acc64, idx = view(f64s, 0, B), view(idxs, 0, 2 * B)
+    run, xt, yt, acc32, acc64, idx = _blocks(f32s, f64s, idxs)
     i1, i2 = first_row(g, r0)
     for b0 in range(r0, r1, W):
         nb = min(W, r1 - b0)
@@ -410,13 +427,9 @@ def _backward_batch(dt, yt, gt, n, op, accurate, acc64):
 def _backward(db, yb, ob, g, op, accurate, r0, r1):
     wide_vectors()
     n = g[2]
-    dense = dense_rows(g, 0, n) and dense_rows(g, 1, n) and dense_rows(g, 2, n)
-    ahead = dense and g[0] * g[1] * n * ob.itemsize >= STREAM_BYTES
-    net = n >= _TRANSPOSE_MIN
+    dense, ahead, net = _mode(g, n, 3, ob.itemsize)
     f32s, f64s, idxs = _scratch(n)
-    B = _K * W
-    run, dt, yt, gt = view(f32s, 0, B), view(f32s, B, B), view(f32s, 2 * B, B), view(f32s, 3 * B, B)
-    acc64, idx = view(f64s, 0, B), view(idxs, 0, 2 * B)
+    run, dt, yt, gt, acc64, idx = _blocks(f32s, f64s, idxs)
     i1, i2 = first_row(g, r0)
     for b0 in range(r0, r1, W):
         nb = min(W, r1 - b0)
