@@ -99,14 +99,15 @@ _ZERO = np.float32(0.0)
 def _scratch(n):
     """The owners of a call's scratch, to be used through views and kept
     alive to the end (:func:`._simd.keep`): four float32 blocks of ``_K``
-    element rows of ``W`` lanes (zero: a partial batch's missing rows are
-    finite filler), one float64 block, and the gather indices: ``[k W +
-    i] = i n + k`` (row ``i``'s element ``k`` in a batch's run), ``[_K W +
-    c W + l]``: where element ``c W + l`` of the run sits in a transposed
-    block."""
-    f32s = np.zeros(4 * _K * W, np.float32)
+    element rows of ``W`` lanes, one float64 block, and the gather indices
+    (rows under ``_TRANSPOSE_MIN`` elements): ``[k W + i] = i n + k`` (row
+    ``i``'s element ``k`` in a batch's run), ``[_K W + c W + l]``: where
+    element ``c W + l`` of the run sits in a transposed block."""
+    f32s = np.empty(4 * _K * W, np.float32)
     f64s = np.empty(_K * W)
     idx = np.empty(2 * _K * W, np.int32)
+    if n >= _TRANSPOSE_MIN:  # no gathers
+        return f32s, f64s, idx
     for k in range(n):
         for i in range(W):
             idx[k * W + i] = i * n + k
@@ -149,6 +150,9 @@ def _load_batch(buf, g, op, i1, i2, nb, n, run, block, idx, net, dense):
     """Rows ``(i1, i2)...`` (``nb`` of them) of operand ``op`` transposed into
     ``block`` (``block[k W + i]``: row ``i``'s element ``k``), via ``run``."""
     wide_vectors()
+    if nb < W:  # a partial batch: the missing rows' lanes compute on zeros
+        for c in range(0, _K * W, W):
+            vstore(run, c, splat(_ZERO))
     if net:  # a row per _K-wide run row, then the register transposes
         for i in range(nb):
             p = row_at(g, op, i1, i2)
