@@ -8,6 +8,8 @@ is defined once, per row, in :mod:`.segment`; the kernels that follow it:
 ==================  =====================================================
 :mod:`.rows`        the axis is a row (``inner == 1``); short rows in
                     batches of 16, long rows one at a time
+:mod:`.tiny`        rows of up to 24-32 elements (12 backward), a row per
+                    vector lane (called by :mod:`.rows`' short kernels)
 :mod:`.columns`     the axis is strided and an inner axis is not (NCHW
                     ``axis=1``): vectors across 64-column tiles
 :mod:`.split`       few long rows: chunks spread over threads; the per-block
