@@ -66,7 +66,8 @@ __all__ = ["FORWARD_MAX", "FORWARD_MAX_ACCURATE", "BACKWARD_MAX", "forward_tiny"
 #: the longest rows that take :func:`forward_tiny` (float32 results, float64
 #: terms; 16-bit results, float32 terms) and :func:`backward_tiny`; longer
 #: ones run a row per vector (:mod:`.rows`). Measured against those, 2
-#: threads, 2**23 elements, ms (``forward_tiny`` / ``forward_short`` ...):
+#: threads, 2**23 elements, ms (``forward_tiny`` / ``forward_short`` ...;
+#: ``python benchmarks/tiny_rows.py --kernels`` gives the same picture):
 #: float32 forward n = 2 16.3 / 59.2, 8 7.8 / 14.6, 16 5.1 / 6.7, 20 6.0 /
 #: 6.7, 24 5.9 / 6.1, 28 6.7 / 6.6, 32 4.9 / 4.2; bfloat16 forward 16 3.8 /
 #: 5.7, 24 3.3 / 4.9, 32 2.8 / 3.5; backward (the row kernel pipelines its
