@@ -3,16 +3,17 @@
 :mod:`.layout` maps a call's shapes and strides to ``g = [n1, n2, n, ni,
 off_0, s1_0, s2_0, sn_0, si_0, off_1, ...]`` (one block of five per
 operand, in elements of the flat storage buffers): row ``r`` of operand
-``op`` starts at ``off + (r // n2) * s1 + (r % n2) * s2``. Row ``r`` is
-also ``(i1, i2) = (r // n2, r % n2)``; a loop over rows steps ``(i1, i2)``
-instead of dividing per row. For :mod:`.rows` and :mod:`.tiny`.
+``op`` starts at ``off + (r // n2) * s1 + (r % n2) * s2`` and steps by
+``sn``. Row ``r`` is also ``(i1, i2) = (r // n2, r % n2)``; a loop over
+rows steps ``(i1, i2)`` instead of dividing per row. For :mod:`.rows`,
+:mod:`.tiny` and :mod:`.split`.
 """
 
 from __future__ import annotations
 
 from numba import njit
 
-__all__ = ["first_row", "row_at", "next_row", "dense_rows"]
+__all__ = ["first_row", "row_at", "next_row", "dense_rows", "row_offset", "row_step"]
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -45,3 +46,17 @@ def dense_rows(g, op, n):
     where row ``r`` ends), so that a batch of them is one span."""
     b = 4 + 5 * op
     return g[b + 3] == 1 and (g[1] == 1 or g[b + 2] == n) and (g[0] == 1 or g[b + 1] == g[1] * n)
+
+
+@njit(forceinline=True, error_model="numpy")
+def row_offset(g, op, r):
+    """Where row ``r`` of operand ``op`` starts (one division: for a loop
+    that visits rows out of order)."""
+    i1, i2 = first_row(g, r)
+    return row_at(g, op, i1, i2)
+
+
+@njit(forceinline=True, error_model="numpy")
+def row_step(g, op):
+    """The step between the elements of a row of operand ``op``."""
+    return g[4 + 5 * op + 3]

@@ -1,13 +1,10 @@
 """Row kernels: the reduction axis is a row of ``n`` elements (``inner == 1``).
 
 Each row follows :mod:`.segment`'s definition chunk by chunk: stats, merge,
-log, pass 2. Rows are addressed through a geometry array ``g`` built once per
-layout by :mod:`.layout` (``g = [n1, n2, n, ni, off_0, s1_0, s2_0, sn_0,
-si_0, off_1, ...]``, one block of five per operand, in elements of the flat
-storage buffers): row ``r`` of operand ``o`` starts at ``off + (r // n2) *
-s1 + (r % n2) * s2`` and steps by ``sn``. Rows whose step is not 1 are
-gathered into a per-task staging row first (and scattered back), so the
-arithmetic only ever runs on unit-stride vectors.
+log, pass 2. Rows are addressed through the geometry array ``g`` that
+:mod:`.layout` builds once per layout (:mod:`.geometry`). Rows whose step is
+not 1 are gathered into a per-task staging row first (and scattered back),
+so the arithmetic only ever runs on unit-stride vectors.
 
 Every kernel has a serial form (``*_range``, rows ``[r0, r1)``) that the
 backend calls directly for small problems -- waking numba's thread pool
@@ -41,7 +38,7 @@ from ._vec import (
 from .. import Op
 from . import tiny
 from .alloc import STREAM_BYTES
-from .geometry import dense_rows, first_row, next_row, row_at
+from .geometry import dense_rows, first_row, next_row, row_at, row_offset, row_step
 from .segment import (
     CHUNK,
     backward_vec,
@@ -106,20 +103,6 @@ def _row_head(os, n, stream):
     if head != 0 and n * os.itemsize < STREAM_ROW_BYTES:
         return -1
     return head
-
-
-@njit(forceinline=True, error_model="numpy")
-def row_offset(g, op, r):
-    """Start of row ``r`` of operand ``op`` (geometry layout: module doc)."""
-    n2 = g[1]
-    i1 = r // n2
-    b = 4 + 5 * op
-    return g[b] + i1 * g[b + 1] + (r - i1 * n2) * g[b + 2]
-
-
-@njit(forceinline=True, error_model="numpy")
-def row_step(g, op):
-    return g[4 + 5 * op + 3]
 
 
 @njit(cache=True, nogil=True, error_model="numpy")

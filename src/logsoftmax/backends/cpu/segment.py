@@ -107,6 +107,7 @@ __all__ = [
     "store_backward",
     "stream_backward",
     "backward_vec",
+    "backward_vec64",
     "write_backward",
 ]
 
@@ -646,24 +647,11 @@ def write_backward(ds, ys, os, c0, cl, op, accurate, s, head=-1):
     end = c0 + cl
     k = c0
     if accurate:
-        ns = -s
-        if op == _LSM:
-            while k < end:
-                d = vload_n(ds, k, end - k, _ZERO)
-                y = vload_n(ys, k, end - k, _ZERO)
-                g = join_f32(
-                    vfma(exp_f64_any(lo_f64(y)), ns, lo_f64(d)),
-                    vfma(exp_f64_any(hi_f64(y)), ns, hi_f64(d)),
-                )
-                vstore_n(os, k, g, end - k)
-                k += W
-        else:
-            while k < end:
-                d = vload_n(ds, k, end - k, _ZERO)
-                y = vload_n(ys, k, end - k, _ZERO)
-                g = join_f32(lo_f64(y) * (lo_f64(d) - s), hi_f64(y) * (hi_f64(d) - s))
-                vstore_n(os, k, g, end - k)
-                k += W
+        while k < end:
+            d = vload_n(ds, k, end - k, _ZERO)
+            y = vload_n(ys, k, end - k, _ZERO)
+            vstore_n(os, k, backward_vec64(d, y, op, s, s), end - k)
+            k += W
         return
     ns32 = np.float32(-s)
     s32 = np.float32(s)
@@ -685,3 +673,15 @@ def backward_vec(d, y, op, ns32, s32):
     if op == _LSM:
         return vfma(exp_f32(y), ns32, d)
     return y * (d - s32)
+
+
+@njit(forceinline=True, error_model="numpy")
+def backward_vec64(d, y, op, s0, s1):
+    """Accurate pass 2 of the backward on one vector, in float64 and rounded
+    once: ``d - e**y * S`` (one FMA) or ``y * (d - S)``, ``S = s0`` for the
+    low 8 lanes and ``s1`` for the high ones (scalars for a row, vectors
+    for rows across lanes: :mod:`.tiny`)."""
+    if op == _LSM:
+        return join_f32(vfma(exp_f64_any(lo_f64(y)), -s0, lo_f64(d)),
+                        vfma(exp_f64_any(hi_f64(y)), -s1, hi_f64(d)))
+    return join_f32(lo_f64(y) * (lo_f64(d) - s0), hi_f64(y) * (hi_f64(d) - s1))

@@ -25,7 +25,8 @@ import numpy as np
 from numba import njit, prange
 
 from ._simd import view, wide_vectors
-from .rows import row_grad_sum, row_offset, row_stats
+from .geometry import row_offset
+from .rows import row_grad_sum, row_stats
 from .segment import (
     CHUNK,
     chunk_grad_sum,

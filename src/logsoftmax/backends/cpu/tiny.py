@@ -24,9 +24,11 @@ The transposes: rows under 8 elements go in as the batch's run of
 element index (:func:`._vec.vgather`, from L1); longer ones as a row per
 one or two vectors through 16x16 register transposes
 (:func:`._vec.transpose16`, 64 shuffles each). One thread, in cache,
-log_softmax float32, ns per row with gathers / with the transpose (measured
-on the loop before its scratch became ownerless views, which made both
-faster): n = 2 7.0 / 9.1, 8 11.5 / 11.5, 16 18.7 / 15.8.
+log_softmax float32, ns per row with gathers only / with transposes only
+(``_TRANSPOSE_MIN`` set to 33 and to 1; two runs each): n = 2 7.2-8.6 /
+10.0, 4 8.8-9.7 / 10.8-11.6, 8 11.3-14.9 / 12.9-13.6, 12 15.1-18.2 /
+15.2-15.8, 16 20.6-21.5 / 17.5-18.2; between 8 and 12 the two are within
+the runs' spread.
 
 A forward batch with a row whose sum is not finite (a NaN, ``+inf``, a row
 of only ``-inf``) is redone row by row by the row kernels' code, which
@@ -39,7 +41,7 @@ import numpy as np
 from numba import njit
 
 from .. import Op
-from ._math import exp_f32, exp_f32_sum, exp_f64, exp_f64_any, log_f64
+from ._math import exp_f32_sum, exp_f64, log_f64
 from ._simd import keep, view, wide_vectors
 from ._vec import (
     W,
@@ -48,9 +50,9 @@ from ._vec import (
     lo_f64,
     prefetch,
     prefetch_w,
+    reduce_add,
     splat,
     transpose16,
-    vfma,
     vgather,
     vload,
     vload_n,
@@ -59,20 +61,27 @@ from ._vec import (
 )
 from .alloc import STREAM_BYTES
 from .geometry import dense_rows, first_row, next_row, row_at
-from .segment import chunk_stats, forward_vec, row_log, vmax_x86, write_forward
+from .segment import (
+    backward_vec,
+    backward_vec64,
+    chunk_stats,
+    forward_vec,
+    row_log,
+    vmax_x86,
+    write_forward,
+)
 
 __all__ = ["FORWARD_MAX", "FORWARD_MAX_ACCURATE", "BACKWARD_MAX", "forward_tiny", "backward_tiny"]
 
 #: the longest rows that take :func:`forward_tiny` (float32 results, float64
 #: terms; 16-bit results, float32 terms) and :func:`backward_tiny`; longer
-#: ones run a row per vector (:mod:`.rows`). Measured against those, 2
-#: threads, 2**23 elements, ms (``forward_tiny`` / ``forward_short`` ...;
-#: ``python benchmarks/tiny_rows.py --kernels`` gives the same picture):
-#: float32 forward n = 2 16.3 / 59.2, 8 7.8 / 14.6, 16 5.1 / 6.7, 20 6.0 /
-#: 6.7, 24 5.9 / 6.1, 28 6.7 / 6.6, 32 4.9 / 4.2; bfloat16 forward 16 3.8 /
-#: 5.7, 24 3.3 / 4.9, 32 2.8 / 3.5; backward (the row kernel pipelines its
-#: fast path) float32 8 8.7 / 9.9, 12 7.3 / 7.2, 16 6.6 / 5.5, bfloat16 12
-#: 5.4 / 6.2, 16 4.4 / 3.9 (Intel Xeon, LLVM rocketlake)
+#: ones run a row per vector (:mod:`.rows`). ``python
+#: benchmarks/tiny_rows.py --kernels`` (2 threads, 2**23 elements, ms, tiny /
+#: row kernel; Intel Xeon, LLVM rocketlake): float32 forward n = 8 8.5 /
+#: 16.1, 16 5.9 / 7.1, 24 6.7 / 6.8, 32 6.2 / 4.5; bfloat16 forward 16 4.2 /
+#: 6.2, 32 3.4 / 3.6; backward (the row kernel pipelines its fast path)
+#: float32 8 9.3 / 11.4, 12 8.2 / 8.1, 16 6.6 / 6.0, bfloat16 12 5.9 / 6.3,
+#: 16 4.7 / 4.2
 FORWARD_MAX_ACCURATE = 24
 FORWARD_MAX = 2 * W
 BACKWARD_MAX = 12
@@ -84,15 +93,16 @@ _K = 2 * W
 _TRANSPOSE_MIN = 8
 #: batches ahead whose lines a big problem asks for (inputs) and claims
 #: (outputs, ``prefetchw``): one thread per core cannot keep enough misses
-#: in flight otherwise. 2 threads, log_softmax float32 2**23 elements
-#: (32 MiB out), ns per row and thread, none / 2 batches ahead: n = 8
-#: 14.5 / 12.3, 12 18.7 / 15.5, 16 20.7 / 17.7; on problems that stay in
-#: cache (4 MiB) the prefetches cost 3-5%, so only outputs that stream
-#: (:data:`.alloc.STREAM_BYTES`) take them
+#: in flight otherwise. ``python benchmarks/tiny_rows.py --n 8,12,16``, two
+#: runs each way, float32 2**23 elements (32 MiB out), ms with / without
+#: (``ahead`` forced off in :func:`_mode`): forward n = 8 8.0-8.3 /
+#: 9.3-9.6, 12 7.3-7.5 / 7.2-7.5, 16 5.7 / 6.6-6.8; backward 8 9.8-10.4 /
+#: 10.5-11.1, 12 8.9 / 8.3-8.6. On problems that stay in cache (4 MiB) the
+#: prefetches cost 3-5% (an earlier form of the loop), so only outputs that
+#: stream (:data:`.alloc.STREAM_BYTES`) take them
 _AHEAD = 2
 
 _LSM = Op.LOG_SOFTMAX
-_SM = Op.SOFTMAX
 _ZERO = np.float32(0.0)
 
 
@@ -305,21 +315,17 @@ def _forward_batch(xt, yt, n, op, accurate, acc32, acc64):
     for k in range(n):
         y = forward_vec(vload(xt, k * W), m_lo, m_hi, b_lo, b_hi, mx, b32, op, accurate)
         vstore(yt, k * W, y)
-    vstore(acc64, 0, s_lo)
-    vstore(acc64, W // 2, s_hi)
-    ok = True
-    for i in range(W):
-        ok = ok and acc64[i] < np.inf  # False for NaN too
-    return ok
+    # every row's sum is finite (each <= 32) iff their total is: a NaN or
+    # +inf lane makes it NaN or +inf
+    total = reduce_add(s_lo + s_hi)
+    return total - total == 0.0
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _forward_rows(xb, ob, g, op, accurate, i1, i2, nb, n):
     """``nb`` rows from ``(i1, i2)`` the row kernels' way (a row is one
     chunk: :func:`.rows.forward_range`'s body), for a batch whose sums are
-    not all finite. ``op`` and ``accurate`` are the call's, not the
-    constants of :func:`forward_tiny`'s copies (a literal argument would
-    compile this once more per value)."""
+    not all finite."""
     for _ in range(nb):
         xs = view(xb, row_at(g, 0, i1, i2), n)
         m, s = chunk_stats(xs, 0, n, accurate)
@@ -328,8 +334,12 @@ def _forward_rows(xb, ob, g, op, accurate, i1, i2, nb, n):
         i1, i2 = next_row(g, i1, i2)
 
 
-@njit(forceinline=True, error_model="numpy")
-def _forward(xb, ob, g, op, accurate, r0, r1, op_arg, acc_arg):
+@njit(cache=True, nogil=True, error_model="numpy")
+def forward_tiny(xb, ob, g, op, accurate, r0, r1):
+    """:func:`.rows.forward_short` for rows of up to 32 elements (it takes
+    this for rows up to :data:`FORWARD_MAX`): batches of ``W`` rows, a row
+    per lane (module doc). ``ob`` may be ``xb`` (in place): a batch is read
+    whole before any of it is written."""
     wide_vectors()
     n = g[2]
     dense, ahead, net = _mode(g, n, 2, ob.itemsize)
@@ -345,34 +355,12 @@ def _forward(xb, ob, g, op, accurate, r0, r1, op_arg, acc_arg):
         if _forward_batch(xt, yt, n, op, accurate, acc32, acc64):
             _store_batch(ob, g, 1, i1, i2, nb, n, yt, run, idx, net, dense)
         else:  # no store yet: the inputs are intact (in place too)
-            _forward_rows(xb, ob, g, op_arg, acc_arg, i1, i2, nb, n)
+            _forward_rows(xb, ob, g, op, accurate, i1, i2, nb, n)
         for _ in range(nb):
             i1, i2 = next_row(g, i1, i2)
     keep(f32s)
     keep(f64s)
     keep(idxs)
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def forward_tiny(xb, ob, g, op, accurate, r0, r1):
-    """:func:`.rows.forward_short` for rows of up to 32 elements (it takes
-    this for rows up to :data:`FORWARD_MAX`): batches of
-    ``W`` rows, a row per lane (module doc). ``ob`` may be ``xb`` (in place):
-    a batch is read whole before any of it is written.
-
-    One copy of the loop per precision and op, each compiled with them as
-    constants: one thread, in cache, rows of 16 float32, 20.5 -> 15.8 ns a
-    row against one loop that branched on them."""
-    wide_vectors()
-    if accurate:
-        if op == _LSM:
-            _forward(xb, ob, g, _LSM, True, r0, r1, op, accurate)
-        else:
-            _forward(xb, ob, g, _SM, True, r0, r1, op, accurate)
-    elif op == _LSM:
-        _forward(xb, ob, g, _LSM, False, r0, r1, op, accurate)
-    else:
-        _forward(xb, ob, g, _SM, False, r0, r1, op, accurate)
 
 
 # ---------------------------------------------------------------------------
@@ -405,31 +393,22 @@ def _backward_batch(dt, yt, gt, n, op, accurate, acc64):
     _lane_tree(acc64, True)
     s_lo = vload(acc64, 0)
     s_hi = vload(acc64, W // 2)
-    if accurate:
-        for k in range(n):
-            d = vload(dt, k * W)
-            y = vload(yt, k * W)
-            if op == _LSM:
-                v = join_f32(vfma(exp_f64_any(lo_f64(y)), -s_lo, lo_f64(d)),
-                             vfma(exp_f64_any(hi_f64(y)), -s_hi, hi_f64(d)))
-            else:
-                v = join_f32(lo_f64(y) * (lo_f64(d) - s_lo), hi_f64(y) * (hi_f64(d) - s_hi))
-            vstore(gt, k * W, v)
-    else:
-        s32 = join_f32(s_lo, s_hi)
-        ns32 = join_f32(-s_lo, -s_hi)
-        for k in range(n):
-            d = vload(dt, k * W)
-            y = vload(yt, k * W)
-            if op == _LSM:
-                v = vfma(exp_f32(y), ns32, d)
-            else:
-                v = y * (d - s32)
-            vstore(gt, k * W, v)
+    s32 = join_f32(s_lo, s_hi)
+    ns32 = join_f32(-s_lo, -s_hi)
+    for k in range(n):
+        d = vload(dt, k * W)
+        y = vload(yt, k * W)
+        if accurate:
+            vstore(gt, k * W, backward_vec64(d, y, op, s_lo, s_hi))
+        else:
+            vstore(gt, k * W, backward_vec(d, y, op, ns32, s32))
 
 
-@njit(forceinline=True, error_model="numpy")
-def _backward(db, yb, ob, g, op, accurate, r0, r1):
+@njit(cache=True, nogil=True, error_model="numpy")
+def backward_tiny(db, yb, ob, g, op, accurate, r0, r1):
+    """:func:`.rows.backward_short` for rows of up to 32 elements (it takes
+    this for rows up to :data:`BACKWARD_MAX`): as :func:`forward_tiny`
+    (``ob`` may be ``db`` or ``yb``: in place)."""
     wide_vectors()
     n = g[2]
     dense, ahead, net = _mode(g, n, 3, ob.itemsize)
@@ -451,20 +430,3 @@ def _backward(db, yb, ob, g, op, accurate, r0, r1):
     keep(f32s)
     keep(f64s)
     keep(idxs)
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def backward_tiny(db, yb, ob, g, op, accurate, r0, r1):
-    """:func:`.rows.backward_short` for rows of up to 32 elements (it takes
-    this for rows up to :data:`BACKWARD_MAX`): as
-    :func:`forward_tiny` (``ob`` may be ``db`` or ``yb``: in place)."""
-    wide_vectors()
-    if accurate:
-        if op == _LSM:
-            _backward(db, yb, ob, g, _LSM, True, r0, r1)
-        else:
-            _backward(db, yb, ob, g, _SM, True, r0, r1)
-    elif op == _LSM:
-        _backward(db, yb, ob, g, _LSM, False, r0, r1)
-    else:
-        _backward(db, yb, ob, g, _SM, False, r0, r1)
