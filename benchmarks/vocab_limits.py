@@ -11,6 +11,11 @@ decide whether that is reachable:
   stores also becomes ``llvm.memcpy`` (seen in its LLVM IR), so it cannot;
   the non-temporal loop again with its source asked for ahead
   (``prefetch_ahead``, the kernels' own hint), and a read-only pass;
+* **the one-pass floor**: the same streaming copy that also sums the
+  kernels' ``exp`` of every element it moves (:func:`copy_exp`). Every
+  forward reads ``x`` from memory once, computes an ``exp`` per element
+  and writes ``y``; ours also takes each chunk's max and reads row
+  ``r - 1`` again from L2 for its output, so it cannot beat this;
 * **our forward** (``log_softmax(x, out=y)``) on the same arrays, and its
   two passes alone: the row statistics (read ``x``, an exp per element)
   and the write pass (``y = x - m - log s``);
@@ -44,9 +49,11 @@ import numpy as np
 from numba import njit, prange
 
 import logsoftmax
+from logsoftmax.backends.cpu._math import exp_f32_sum
 from logsoftmax.backends.cpu._simd import wide_vectors
 from logsoftmax.backends.cpu._vec import W, prefetch_ahead, reduce_add, sfence, splat, vload, vstore_nt
-from logsoftmax.backends.cpu.rows import row_stats
+from logsoftmax.backends import Op
+from logsoftmax.backends.cpu.rows import forward_range, row_stats
 from logsoftmax.backends.cpu.segment import row_log, write_forward
 from logsoftmax.driver.perf import add3, copy2, median_seconds
 
@@ -74,6 +81,45 @@ def vector_copy_nt(src, dst, nthreads, fetch):
                 prefetch_ahead(src, i + 4096)
             vstore_nt(dst, i, vload(src, i))
         sfence()
+
+
+@njit(parallel=True)
+def copy_exp(src, dst, nthreads):
+    """The floor of any forward that reads ``x`` from memory once: one
+    streaming pass that moves every element as :func:`vector_copy_nt` does
+    (source asked for ahead, ``dst = src - c`` by non-temporal stores) and
+    also adds up ``exp(src - c)`` of every element (the kernels' own
+    :func:`logsoftmax.backends.cpu._math.exp_f32_sum`, four accumulators,
+    as :func:`logsoftmax.backends.cpu.segment.sum32_writing`). The forward
+    does this and more: the max of each chunk, and row ``r - 1`` read again
+    from L2 for its output."""
+    per = dst.size // nthreads // (4 * W) * (4 * W)
+    out = np.zeros(nthreads, np.float32)
+    c = np.float32(4.0)
+    for t in prange(nthreads):
+        wide_vectors()
+        a0 = splat(np.float32(0.0))
+        a1 = a0
+        a2 = a0
+        a3 = a0
+        for i in range(t * per, (t + 1) * per, 4 * W):
+            for q in range(0, 4 * W, W):
+                prefetch_ahead(src, i + 4096 + q)
+            v0 = vload(src, i) - c
+            v1 = vload(src, i + W) - c
+            v2 = vload(src, i + 2 * W) - c
+            v3 = vload(src, i + 3 * W) - c
+            a0 = a0 + exp_f32_sum(v0)
+            a1 = a1 + exp_f32_sum(v1)
+            a2 = a2 + exp_f32_sum(v2)
+            a3 = a3 + exp_f32_sum(v3)
+            vstore_nt(dst, i, v0)
+            vstore_nt(dst, i + W, v1)
+            vstore_nt(dst, i + 2 * W, v2)
+            vstore_nt(dst, i + 3 * W, v3)
+        sfence()
+        out[t] = reduce_add((a0 + a1) + (a2 + a3))
+    return out
 
 
 @njit(parallel=True)
@@ -159,6 +205,8 @@ def main(argv=None) -> int:
             "copy (non-temporal stores)": lambda: vector_copy_nt(xf, yf, 2, False),
             "copy (non-temporal stores, source prefetched ahead)":
                 lambda: vector_copy_nt(xf, yf, 2, True),
+            "copy that also sums exp of every element (one pass: the floor of any forward)":
+                lambda: copy_exp(xf, yf, 2),
             "read alone (a sum of x)": lambda: read_sum(xf, 2),
             "ours log_softmax out=": lambda: logsoftmax.log_softmax(x, out=y),
             "ours, pass 1 alone (row statistics)": lambda: pass1_only(x, m, s, 2),
@@ -171,6 +219,12 @@ def main(argv=None) -> int:
     print("|---|---:|---:|")
     for name, t in big.items():
         print(f"| {name} | {t * 1e3:.1f} | {base / t:.0%} |")
+    one_pass = next(t for name, t in big.items() if name.startswith("copy that also"))
+    ours = big["ours log_softmax out="]
+    print(f"\nThe one-pass floor runs at {base / one_pass:.0%} of memcpy's speed, ours at "
+          f"{base / ours:.0%} ({one_pass / ours:.0%} of the floor's speed). 80% of memcpy's "
+          f"speed allows {base / 0.8 * 1e3:.1f} ms: {base / 0.8 / one_pass - 1:+.1%} on top of "
+          f"the one streaming pass, for the max pass and the reread of each row from L2.")
 
     ns1 = {r: in_cache_ns(r, 1, a.repeat) for r in (16, 64)}
     ns2 = in_cache_ns(64, 2, a.repeat)
@@ -205,6 +259,7 @@ def main(argv=None) -> int:
         f"{base / 0.8 / per_thread * 1e9:.3f} ns per element and thread."
     )
     sixteen_bit(a.repeat)
+    cached_copy(a.repeat)
     return 0
 
 
@@ -249,6 +304,56 @@ def sixteen_bit(repeat: int) -> None:
             budget = copy_s / 0.8
             print(f"| {name} {direction} | {copy_s * 1e3:.1f} ms | {budget * 1e3:.1f} ms | "
                   f"{ns:.3f} | {arith * 1e3:.1f} ms | {arith / budget:.2f} |")
+    numba.set_num_threads(2)
+
+
+
+@njit
+def _kernel_loop(xb, ob, g, reps):
+    for _ in range(reps):
+        forward_range(xb, ob, g, Op.LOG_SOFTMAX, False, 0, g[0])
+
+
+def kernel_ns(dt, rows: int, n: int, repeat: int) -> float:
+    """The row kernel alone (``rows.forward_range``, fast path, called in a
+    compiled loop: no call overhead), one thread, on ``rows x n`` elements
+    of ``dt`` that stay in cache between calls: ns per element."""
+    import ml_dtypes
+
+    x = (np.random.default_rng(4).standard_normal((rows, n)) * 3).astype(dt)
+    o = np.empty_like(x)
+    storage = {np.dtype(ml_dtypes.bfloat16): np.uint16, np.dtype(np.float16): np.int16}
+    st = storage.get(np.dtype(dt), np.float32)
+    xb, ob = x.view(st).reshape(-1), o.view(st).reshape(-1)
+    g = np.array([rows, 1, n, 1, 0, n, 0, 1, 1, 0, n, 0, 1, 1], np.int64)
+    reps = max(1, 20_000_000 // x.size)
+    _kernel_loop(xb, ob, g, 1)
+    return median_seconds({"k": lambda: _kernel_loop(xb, ob, g, reps)}, repeat)["k"] / reps / x.size * 1e9
+
+
+def cached_copy(repeat: int) -> None:
+    """Problems whose copy runs from the L3, as p09 (256x128256 bfloat16,
+    66 MB each way): there the copy is far faster than memory allows a
+    forward, and the bound is the kernel's own arithmetic with its data in
+    L2 (two rows, one thread), times the elements per thread."""
+    import ml_dtypes
+
+    print("\n| problem, 2 threads | copy of its bytes | 80% budget | kernel alone in L2 (ns/element, 1 thread) "
+          "| kernel alone, elements per thread | kernel / budget |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, dt, rows, n in (("p09 256x128256 bf16 fwd", ml_dtypes.bfloat16, 256, 128256),
+                              ("v32k 4096x32000 bf16 fwd", ml_dtypes.bfloat16, 4096, 32000),
+                              ("v32k 4096x32000 f32 fwd", np.float32, 4096, 32000)):
+        numba.set_num_threads(2)
+        words = rows * n * np.dtype(dt).itemsize // 8
+        a, b = np.full(words, 7, np.uint64), np.full(words, 7, np.uint64)
+        copy_s = median_seconds({"c": lambda: copy2(a, b)}, repeat)["c"]
+        del a, b
+        ns = kernel_ns(dt, 2, n, repeat)
+        alone = rows * n / 2 * ns * 1e-9
+        budget = copy_s / 0.8
+        print(f"| {name} | {copy_s * 1e3:.2f} ms | {budget * 1e3:.2f} ms | {ns:.3f} | "
+              f"{alone * 1e3:.2f} ms | {alone / budget:.2f} |")
     numba.set_num_threads(2)
 
 
