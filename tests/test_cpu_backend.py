@@ -403,6 +403,46 @@ def test_column_tile_width_changes_no_bit(dtype, n):
             assert np.array_equal(bits(o), bits(g)), (name, J)
 
 
+def test_staged_column_tiles_give_the_same_bits():
+    """Long float32 columns whose rows lie a multiple of 4 KiB apart (300 x
+    32768, axis 0: 128 KiB) are copied a tile at a time into a dense stage
+    before the column passes (``columns.staged_rows``; outputs of at least
+    32 MiB only). Their bits are the row kernel's on the same values (a
+    transposed copy) and those of the same columns 64 bytes further apart
+    (not staged), allocating, into ``out=`` and in place, log_softmax and
+    softmax, with special values, tiles ending mid-vector too."""
+    from logsoftmax.backends import Op
+    from logsoftmax.backends.cpu import columns
+    from logsoftmax.backends.cpu.layout import layout
+
+    n, ni = 300, 32768
+    assert columns.staged_rows(n, ni * 4, 4)
+    assert not columns.staged_rows(n, (ni + 16) * 4, 4)  # the padded twin
+    assert not columns.staged_rows(256, ni * 4, 4)  # summed lane-major
+    rng = np.random.default_rng(23)
+    x = (rng.standard_normal((n, ni)) * 3).astype(F32)
+    x[:, 5] = -np.inf
+    x[7, 9] = np.nan
+    x[3, 11] = np.inf
+    x[:40, 13] = -np.inf
+    padded = np.empty((n, ni + 16), F32)[:, :ni]
+    padded[...] = x
+    for name, op in (("log_softmax", Op.LOG_SOFTMAX), ("softmax", Op.SOFTMAX)):
+        rows = _fwd(name, np.ascontiguousarray(x.T), 1).T
+        y = _fwd(name, x, 0)
+        assert np.array_equal(bits(y), bits(rows)), name
+        assert np.array_equal(bits(_fwd(name, padded, 0)), bits(rows)), name
+        o = np.empty_like(x)
+        lay = layout(x.shape, [x.strides, o.strides], [4, 4], 0)
+        for J in (1024, 2096):
+            tiles = -(-ni // J)
+            columns.forward_tiles(x.reshape(-1), o.reshape(-1), lay.g, op, np.bool_(True), J, 0, tiles)
+            assert np.array_equal(bits(o), bits(rows)), (name, J)
+        z = x.copy()
+        _fwd(name, z, 0, z)
+        assert np.array_equal(bits(z), bits(rows)), (name, "in place")
+
+
 def test_column_tile_width_for_the_caches(monkeypatch):
     """Long columns take wide tiles only where a thread's share of L3 is at
     least ``WIDE_TILE_L3``; short columns and small caches keep 1024."""
