@@ -184,6 +184,8 @@ def staged_rows(n, sn_bytes, itemsize):
     4000x16384 1.13x, 2000x32768 1.12x; 1000x8192 (32 MiB) 1.07x; smaller
     ones lost (300x8192, 10 MB in cache: 0.89x), hence big outputs only."""
     return itemsize == 4 and LANE_MAJOR_ROWS < n <= CHUNK and sn_bytes % 4096 == 0
+
+
 _NINF = np.float32(-np.inf)
 _ZERO = np.float32(0.0)
 _LSM = Op.LOG_SOFTMAX
@@ -744,8 +746,7 @@ def logsumexp_tiles(xb, rb, g, J, t0, t1):
     f64s = np.empty((LANES64 + 4) * J)
     acc64 = f64s[: LANES64 * J]
     sc, m, s, lg = _rows4(f64s, LANES64, J)
-    staged = g[8] == 1 and streams(ob, g) and staged_rows(n, g[7] * xb.itemsize, xb.itemsize)
-    xst = stage_for(xb, ccl * J, g[8] != 1 or staged)
+    xst = stage_for(xb, ccl * J, g[8] != 1)
     for t in range(t0, t1):
         xbase, xsn, xsi = _tile_geom(g, 0, t, ntile, J)
         rbase, _, rsi = _tile_geom(g, 1, t, ntile, J)
