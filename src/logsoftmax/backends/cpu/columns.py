@@ -182,7 +182,11 @@ def staged_rows(n, sn_bytes, itemsize):
     against the unstaged kernel (the pipelined wide tiles), numpy ``out=``,
     Intel Xeon (LLVM rocketlake), same bits: 1000x65536 axis 0 1.15x,
     4000x16384 1.13x, 2000x32768 1.12x; 1000x8192 (32 MiB) 1.07x; smaller
-    ones lost (300x8192, 10 MB in cache: 0.89x), hence big outputs only."""
+    ones lost (300x8192, 10 MB in cache: 0.89x), hence big outputs only.
+    16-bit columns keep their tiles: staged by an element-by-element copy,
+    bfloat16/float16 1000x65536 axis 0 and bfloat16 2000x32768 ran 0.52-0.60x
+    (their fast-path passes take half of float32's accurate ones, 26-28 ms,
+    and the copy did not keep up)."""
     return itemsize == 4 and LANE_MAJOR_ROWS < n <= CHUNK and sn_bytes % 4096 == 0
 
 
