@@ -11,7 +11,8 @@ is defined once, per row, in :mod:`.segment`; the kernels that follow it:
 :mod:`.tiny`        rows of up to 24-32 elements (12 backward), a row per
                     vector lane (called by :mod:`.rows`' short kernels)
 :mod:`.columns`     the axis is strided and an inner axis is not (NCHW
-                    ``axis=1``): vectors across 64-column tiles
+                    ``axis=1``): vectors across tiles of up to 1024-4096
+                    columns (a tile of rows 4 KiB apart staged densely)
 :mod:`.split`       few long rows: chunks spread over threads; the per-block
                     statistics the dask backend merges
 :mod:`.float64`     float64 inputs (and results): double-double sums and logs

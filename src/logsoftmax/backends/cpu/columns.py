@@ -183,6 +183,10 @@ def staged_rows(n, sn_bytes, itemsize):
     Intel Xeon (LLVM rocketlake), same bits: 1000x65536 axis 0 1.15x,
     4000x16384 1.13x, 2000x32768 1.12x; 1000x8192 (32 MiB) 1.07x; smaller
     ones lost (300x8192, 10 MB in cache: 0.89x), hence big outputs only.
+    The copy then also took the max (:func:`_stage_rows`), a pass over the
+    stage less: 1000x65536 1.09x more, 4000x16384 1.16-1.17x, 2000x32768
+    1.13-1.14x, 1000x8192 1.04-1.12x (same A/B, against the stage with its
+    own max pass).
     16-bit columns keep their tiles: staged by an element-by-element copy,
     bfloat16/float16 1000x65536 axis 0 and bfloat16 2000x32768 ran 0.52-0.60x
     (their fast-path passes take half of float32's accurate ones, 26-28 ms,
@@ -234,15 +238,18 @@ def _stage_out(stage, buf, base, sn, si, c0, cl, jn, J):
 
 
 @njit(forceinline=True, error_model="numpy")
-def _stage_rows(xb, p, sn, cl, jn, stage, J):
+def _stage_rows(xb, p, sn, cl, jn, stage, J, mc):
     """``cl`` rows of a tile (``jn`` unit-stride columns from ``xb[p]``, row
-    step ``sn``) into the dense stage, ``J`` apart (:func:`staged_rows`);
-    the rows :data:`_AHEAD` on are asked for as it goes."""
+    step ``sn``) into the dense stage, ``J`` apart (:func:`staged_rows`),
+    taking the per-column max ``mc`` on the way (:func:`_tile_max`'s, row
+    by row); the rows :data:`_AHEAD` on are asked for as it goes."""
     for k in range(cl):
         q = p + k * sn
         for j in range(0, jn, W):
             prefetch(xb, q + _AHEAD * sn + j)
-            vstore_n(stage, k * J + j, vload_n(xb, q + j, jn - j, _ZERO), jn - j)
+            x = vload_n(xb, q + j, jn - j, _NINF)
+            vstore_n(stage, k * J + j, x, jn - j)
+            vstore(mc, j, x if k == 0 else vmax_x86(vload(mc, j), x))
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -474,25 +481,26 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
         xbase, xsn, xsi = _tile_geom(g, 0, t, ntile, J)
         obase, osn, osi = _tile_geom(g, 1, t, ntile, J)
         jn = min(J, ni - (t % ntile) * J)
-        xt = xb  # where the passes read the tile: in place, or its stage
-        if staged:
-            _stage_rows(xb, xbase, xsn, n, jn, xst, J)
-            xt, xbase, xsn = xst, 0, J
-        if piped:
-            if t == t0:
-                _tile_max(xb, xbase, xsn, n, jn, mc)
-            else:  # the max the last tile's sums took (copied: swapping the
-                # two rows instead made this kernel 0.92x, in-process A/B)
-                for j in range(0, jn, W):
-                    vstore(mc, j, vload(mn, j))
+        src = xb  # where the passes read the tile: in place, or its stage
+        if staged:  # the copy takes the max on the way
+            _stage_rows(xb, xbase, xsn, n, jn, xst, J, mc)
+            src, xbase, xsn = xst, 0, J
+        if staged or piped:  # one chunk, summed row-major
             pn, jn2 = -1, 0
-            if t + 1 < t1:
-                pn, _nsn, _nsi = _tile_geom(g, 0, t + 1, ntile, J)
-                jn2 = min(J, ni - ((t + 1) % ntile) * J)
-            _tile_sums_row_major(xb, xbase, xsn, n, jn, accurate, acc32, acc64, mc, sc, J, pn, jn2, mn)
-            _column_fixups(xb, xbase, xsn, n, jn, mc, sc, m, s, True)
+            if piped:
+                if t == t0:
+                    _tile_max(xb, xbase, xsn, n, jn, mc)
+                else:  # the max the last tile's sums took (copied: swapping
+                    # the two rows instead made this kernel 0.92x, A/B)
+                    for j in range(0, jn, W):
+                        vstore(mc, j, vload(mn, j))
+                if t + 1 < t1:
+                    pn, _nsn, _nsi = _tile_geom(g, 0, t + 1, ntile, J)
+                    jn2 = min(J, ni - ((t + 1) % ntile) * J)
+            _tile_sums_row_major(src, xbase, xsn, n, jn, accurate, acc32, acc64, mc, sc, J, pn, jn2, mn)
+            _column_fixups(src, xbase, xsn, n, jn, mc, sc, m, s, True)
         else:
-            _column_stats(xt, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m, s, xst, J)
+            _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m, s, xst, J)
         for j in range(0, jn, W // 2):
             v = vload_n(s, j, jn - j, 1.0)
             vstore_n(lg, j, log_f64(v), jn - j)
@@ -503,7 +511,7 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
             ia[j] = np.float32(inv[j])
         for c0 in range(0, n, CHUNK):
             cl = min(CHUNK, n - c0)
-            buf, p, sn = _chunk_view(xt, xbase, xsn, xsi, c0, cl, jn, xst, J)
+            buf, p, sn = _chunk_view(src, xbase, xsn, xsi, c0, cl, jn, xst, J)
             if osi == 1:
                 ot, q, qsn = ob, obase + c0 * osn, osn
             else:
