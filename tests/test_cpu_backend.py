@@ -564,7 +564,9 @@ def test_tiny_rows_give_the_row_kernels_bits(dtype, out_dtype, accurate):
 
     rng = np.random.default_rng(21)
     for n in range(1, max(tiny.FORWARD_MAX, tiny.BACKWARD_MAX) + 1):
-        for r, dense in ((37, True), (21, False)):
+        # 37 rows: two whole batches and a part; 32: two whole batches, the
+        # second too near the end to be transposed straight from its rows
+        for r, dense in ((37, True), (32, True), (21, False)):
             base = (rng.standard_normal((r, n + 3)) * 3).astype(dtype)
             x = np.ascontiguousarray(base[:, :n]) if dense else base[:, :n]
             x[3, 0] = np.nan
@@ -592,11 +594,12 @@ def test_tiny_rows_give_the_row_kernels_bits(dtype, out_dtype, accurate):
                 assert np.array_equal(bits(got), bits(ref)), ("backward", n, dense, op)
 
 
-@pytest.mark.parametrize("n", [2, 7, 12, 24])
+@pytest.mark.parametrize("n", [2, 7, 12, 16, 24])
 def test_tiny_rows_in_place_out_and_threads(n):
     """Tiny rows through the backend: allocating, into a shifted ``out``, in
     place, on one thread and two (tasks that split a batch), forward and
-    backward: one set of bits, the row kernels' (row by row). These n take
+    backward: one set of bits, the row kernels' (row by row); rows of 16 go
+    into and out of the transposes straight from their rows. These n take
     ``tiny.forward_tiny`` (the backward: ``backward_tiny`` up to 12, the row
     kernel at 24)."""
     from logsoftmax.backends.cpu import rows, tiny
