@@ -390,16 +390,15 @@ def test_column_tile_width_changes_no_bit(dtype, n):
         y = _fwd(name, x, 0)
         g = getattr(CPU, name + "_backward")(dd, y, 0, None, dt)
         for J in (1024, 2048, 2096, 4096):
-            tiles = -(-x.shape[1] // J)
             o = np.empty_like(x)
             lay = layout(x.shape, [x.strides, o.strides], [dt.itemsize] * 2, 0)
-            columns.forward_tiles(flat(x), flat(o), lay.g, op, accurate, J, 0, tiles)
+            columns.forward_tiles(flat(x), flat(o), lay.g, op, accurate, J, 0, -1)
             assert np.array_equal(bits(o), bits(y)), (name, J)
             o[...] = x  # in place: the next tile's max is read while this one is written
-            columns.forward_tiles(flat(o), flat(o), lay.g, op, accurate, J, 0, tiles)
+            columns.forward_tiles(flat(o), flat(o), lay.g, op, accurate, J, 0, -1)
             assert np.array_equal(bits(o), bits(y)), (name, J, "in place")
             lay = layout(x.shape, [dd.strides, y.strides, o.strides], [dt.itemsize] * 3, 0)
-            columns.backward_tiles(flat(dd), flat(y), flat(o), lay.g, op, np.bool_(False), J, 0, tiles)
+            columns.backward_tiles(flat(dd), flat(y), flat(o), lay.g, op, np.bool_(False), J, 0, -1)
             assert np.array_equal(bits(o), bits(g)), (name, J)
 
 
@@ -434,13 +433,47 @@ def test_staged_column_tiles_give_the_same_bits():
         assert np.array_equal(bits(_fwd(name, padded, 0)), bits(rows)), name
         o = np.empty_like(x)
         lay = layout(x.shape, [x.strides, o.strides], [4, 4], 0)
-        for J in (1024, 2096):
-            tiles = -(-ni // J)
-            columns.forward_tiles(x.reshape(-1), o.reshape(-1), lay.g, op, np.bool_(True), J, 0, tiles)
+        for J in (1024, 2096):  # (o: numpy's, 16 bytes past a line: tiles moved to lines)
+            columns.forward_tiles(x.reshape(-1), o.reshape(-1), lay.g, op, np.bool_(True), J, 0, -1)
             assert np.array_equal(bits(o), bits(rows)), (name, J)
         z = x.copy()
         _fwd(name, z, 0, z)
         assert np.array_equal(bits(z), bits(rows)), (name, "in place")
+
+
+def test_column_tiles_moved_to_the_output_lines_give_the_same_bits():
+    """A streamed column output whose rows all start at one offset in a
+    64-byte line has its tiles moved so that each tile row starts on a line
+    (``columns.line_shift``; one more tile where the columns were a whole
+    number of tiles): the same bits as the aligned output, for outputs 0,
+    16 and 48 bytes past a line, forward and backward, and in place."""
+    from logsoftmax.backends.cpu import columns
+    from logsoftmax.backends.cpu.layout import layout
+
+    n, ni = 40, 1 << 18  # 42 MB: streamed
+    rng = np.random.default_rng(29)
+    x = (rng.standard_normal((n, ni)) * 3).astype(F32)
+    x[:, 17] = -np.inf
+    x[5, 33] = np.nan
+    dd = rng.standard_normal(x.shape).astype(F32)
+    want = _fwd("log_softmax", x, 0)
+    gwant = CPU.log_softmax_backward(dd, want, 0, None, F32)
+    raw = np.empty(x.size + 64, F32)
+    base = (-raw.ctypes.data % 64) // 4
+    for off in (0, 4, 12):  # elements: 0, 16, 48 bytes past a line
+        o = raw[base + off : base + off + x.size].reshape(x.shape)
+        lay = layout(x.shape, [x.strides, o.strides], [4, 4], 0)
+        J = columns.tile_width_for(n, ni, False, 2)
+        assert columns.line_shift(o.reshape(-1), lay.g, 1, J) == off
+        o[...] = 0
+        _fwd("log_softmax", x, 0, o)
+        assert np.array_equal(bits(o), bits(want)), off
+        o[...] = x
+        _fwd("log_softmax", o, 0, o)
+        assert np.array_equal(bits(o), bits(want)), (off, "in place")
+        o[...] = 0
+        CPU.log_softmax_backward(dd, want, 0, o, F32)
+        assert np.array_equal(bits(o), bits(gwant)), (off, "backward")
 
 
 def test_column_tile_width_for_the_caches(monkeypatch):

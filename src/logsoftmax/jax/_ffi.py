@@ -218,7 +218,7 @@ def _forward(xb, ob, outer, n, inner, op, accurate):
     g = _geometry(outer, n, inner, 2)
     if g[3] > 1:
         J = C.tile_width(n, g[3])
-        C.forward_tiles(xb, ob, g, op, accurate, J, I0, _tiles(g, J))
+        C.forward_tiles(xb, ob, g, op, accurate, J, I0, -I1)  # every tile
     elif n <= S.CHUNK:
         R.forward_short(xb, ob, g, op, accurate, I0, g[0])
     else:
@@ -230,7 +230,7 @@ def _backward(db, yb, ob, outer, n, inner, op, accurate):
     g = _geometry(outer, n, inner, 3)
     if g[3] > 1:
         J = C.tile_width(n, g[3])
-        C.backward_tiles(db, yb, ob, g, op, accurate, J, I0, _tiles(g, J))
+        C.backward_tiles(db, yb, ob, g, op, accurate, J, I0, -I1)
     elif n <= S.CHUNK:
         R.backward_short(db, yb, ob, g, op, accurate, I0, g[0])
     else:

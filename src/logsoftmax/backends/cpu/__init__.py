@@ -280,7 +280,7 @@ class CpuBackend(Backend):
 
             def kernel(xb, ob, g):
                 if _serial(size):
-                    columns.forward_tiles(xb, ob, g, op, accurate, J, 0, tiles)
+                    columns.forward_tiles(xb, ob, g, op, accurate, J, 0, -1)
                 else:
                     nt = min(tiles, _threads())
                     columns.forward_parallel(xb, ob, g, op, accurate, J, nt)
@@ -313,7 +313,7 @@ class CpuBackend(Backend):
         # two reshapes and the serial kernel (the fixed cost of a small call,
         # docs/performance.md). Big ones are unaffected (`run`).
         if lay.inner:
-            args = (op, accurate, J, 0, tiles)
+            args = (op, accurate, J, 0, -1)
             mod, name = columns, "forward_tiles"
         else:
             args = (op, accurate, 0, nrows)
@@ -365,7 +365,7 @@ class CpuBackend(Backend):
 
             def kernel(db, yb, ob, g):
                 if _serial(size):
-                    columns.backward_tiles(db, yb, ob, g, op, accurate, J, 0, tiles)
+                    columns.backward_tiles(db, yb, ob, g, op, accurate, J, 0, -1)
                 else:
                     nt = min(tiles, _threads())
                     columns.backward_parallel(db, yb, ob, g, op, accurate, J, nt)
@@ -398,7 +398,7 @@ class CpuBackend(Backend):
         if lay.loops or not all(lay.contiguous):
             return run
         if lay.inner:
-            args = (op, accurate, J, 0, tiles)
+            args = (op, accurate, J, 0, -1)
             mod, name = columns, "backward_tiles"
         else:
             args = (op, accurate, 0, nrows)
