@@ -627,6 +627,35 @@ def test_tiny_rows_give_the_row_kernels_bits(dtype, out_dtype, accurate):
                 assert np.array_equal(bits(got), bits(ref)), ("backward", n, dense, op)
 
 
+@pytest.mark.parametrize("n", [31, 32, 33, 64, 128])
+@pytest.mark.parametrize("dtype, accurate", [(F32, True), (BF16, False)], ids=["f32", "bf16"])
+def test_short_rows_of_whole_vectors_give_the_row_kernels_bits(n, dtype, accurate):
+    """``rows.forward_short`` compiles its batch loop once more for rows of
+    exactly 2, 4 and 8 vectors (32, 64, 128 elements: the constant length
+    lets LLVM unroll the per-row loops). Every copy gives the row kernel's
+    bits (``rows.forward_range`` row by row), with a partial last batch,
+    rows that do not lie end to end, special values and in place; 31 and
+    33 take the general copy."""
+    from logsoftmax.backends.cpu import rows
+
+    rng = np.random.default_rng(n)
+    for r, dense in ((200, True), (37, False)):
+        base = (rng.standard_normal((r, n + 5)) * 3).astype(dtype)
+        x = np.ascontiguousarray(base[:, :n]) if dense else base[:, :n]
+        x[3, 0] = np.nan
+        x[5, :] = -np.inf
+        x[7, n - 1] = np.inf
+        x[9, 0] = -np.inf
+        for op in (0, 1):
+            ref, got = np.empty(x.shape, dtype), np.empty(x.shape, dtype)
+            _rows_call(rows.forward_range, [x, ref], None, op, accurate)
+            _rows_call(rows.forward_short, [x, got], None, op, accurate)
+            assert np.array_equal(bits(got), bits(ref)), (n, dense, op)
+            xi = x.copy()
+            _rows_call(rows.forward_short, [xi, xi], None, op, accurate)
+            assert np.array_equal(bits(xi), bits(ref)), (n, dense, op, "in place")
+
+
 @pytest.mark.parametrize("n", [2, 7, 12, 16, 24])
 def test_tiny_rows_in_place_out_and_threads(n):
     """Tiny rows through the backend: allocating, into a shifted ``out``, in
