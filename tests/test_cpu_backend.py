@@ -578,6 +578,16 @@ def _rows_call(kernel, arrays, dtypes_, op, accurate):
     kernel(*lay.buffers(arrays), g, op, accurate, 0, arrays[0].shape[0])
 
 
+def _special_rows(x):
+    """``x`` (rows of at least 10) with special values in rows 3-9: a NaN, a
+    row of ``-inf``, a ``+inf`` at the end of a row, a leading ``-inf``."""
+    x[3, 0] = np.nan
+    x[5, :] = -np.inf
+    x[7, -1] = np.inf
+    x[9, 0] = -np.inf
+    return x
+
+
 @pytest.mark.parametrize(
     "dtype, out_dtype, accurate",
     [(F32, F32, True), (F32, F32, False), (BF16, BF16, False), (F16, F16, False),
@@ -601,11 +611,7 @@ def test_tiny_rows_give_the_row_kernels_bits(dtype, out_dtype, accurate):
         # second too near the end to be transposed straight from its rows
         for r, dense in ((37, True), (32, True), (21, False)):
             base = (rng.standard_normal((r, n + 3)) * 3).astype(dtype)
-            x = np.ascontiguousarray(base[:, :n]) if dense else base[:, :n]
-            x[3, 0] = np.nan
-            x[5, :] = -np.inf
-            x[7, n - 1] = np.inf
-            x[9, 0] = -np.inf
+            x = _special_rows(np.ascontiguousarray(base[:, :n]) if dense else base[:, :n])
             x[11, :] = 0.0
             x[11, 0] = -0.0
             for op in (0, 1):
@@ -641,11 +647,7 @@ def test_short_rows_of_whole_vectors_give_the_row_kernels_bits(n, dtype, accurat
     rng = np.random.default_rng(n)
     for r, dense in ((200, True), (37, False)):
         base = (rng.standard_normal((r, n + 5)) * 3).astype(dtype)
-        x = np.ascontiguousarray(base[:, :n]) if dense else base[:, :n]
-        x[3, 0] = np.nan
-        x[5, :] = -np.inf
-        x[7, n - 1] = np.inf
-        x[9, 0] = -np.inf
+        x = _special_rows(np.ascontiguousarray(base[:, :n]) if dense else base[:, :n])
         for op in (0, 1):
             ref, got = np.empty(x.shape, dtype), np.empty(x.shape, dtype)
             _rows_call(rows.forward_range, [x, ref], None, op, accurate)

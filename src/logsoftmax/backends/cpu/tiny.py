@@ -32,7 +32,7 @@ the runs' spread.
 
 Whole batches of float32 rows that lie end to end skip the scratch run:
 the transposes read their rows straight from the buffer (and, for rows of
-16 or 32, write them straight back): :func:`_rows_in`, :func:`_rows_out`.
+16 or 32, write them straight back): :func:`_rows_straight`.
 In-process A/B on the AMD EPYC (LLVM znver5), 2 threads, 2**23 elements
 (``python benchmarks/ab_inprocess.py --old <worktree>``), old / new: float32
 forward rows of 16 1.18x, 12 1.29x, 8 1.06x; backward rows of 16 1.03x;
@@ -165,51 +165,34 @@ def _blocks(f32s, f64s, idxs):
             view(f64s, 0, b), view(idxs, 0, 2 * b))
 
 
-def _rows_in(buf, p, n, block):
-    """Transpose ``W`` rows of ``n`` elements that lie end to end from ``p``
-    straight into ``block`` (:func:`._vec.transpose16` with row stride
-    ``n``); returns whether it could: float32 rows whose 16 (or 32) element
-    reads stay inside ``buf``. Lanes past ``n`` then hold the next rows'
-    elements, which no batch reads. Through the scratch run (a store and a
+def _rows_straight(buf, p, n, block, out):
+    """Transpose ``W`` float32 rows of ``n`` elements that lie end to end
+    from ``buf[p]`` straight into ``block`` (``out``: the results in
+    ``block`` straight into the rows), by :func:`._vec.transpose16` with row
+    stride ``n``; returns whether it could. In: rows whose 16 (or 32)
+    element reads stay inside ``buf`` (lanes past ``n`` then hold the next
+    rows' elements, which no batch reads). Out: rows that fill their
+    vectors (16 or 32 elements). Through the scratch run (a store and a
     load per row first) a batch of rows of 16 cost 0.08 ns/element more
     (one thread, in cache, AMD EPYC LLVM znver5)."""
     raise NotImplementedError  # pragma: no cover - replaced by the overload
 
 
-@overload(_rows_in)
-def _rows_in_impl(buf, p, n, block):
+@overload(_rows_straight)
+def _rows_straight_impl(buf, p, n, block, out):
     if buf.dtype != types.float32:
-        return lambda buf, p, n, block: False
+        return lambda buf, p, n, block, out: False
 
-    def impl(buf, p, n, block):
-        if p + (W - 1) * n + (W if n <= W else _K) > buf.size:
+    def impl(buf, p, n, block, out):
+        if out and n != W and n != _K:
             return False
-        transpose16(buf, p, n, block, 0, W)
-        if n > W:
-            transpose16(buf, p + W, n, block, W * W, W)
-        return True
-
-    return impl
-
-
-def _rows_out(block, buf, q, n):
-    """:func:`_rows_in` backwards, for rows that fill their vectors (``n`` of
-    16 or 32, float32): the transposed results straight into the rows from
-    ``q``. Returns whether it could."""
-    raise NotImplementedError  # pragma: no cover - replaced by the overload
-
-
-@overload(_rows_out)
-def _rows_out_impl(block, buf, q, n):
-    if buf.dtype != types.float32:
-        return lambda block, buf, q, n: False
-
-    def impl(block, buf, q, n):
-        if n != W and n != _K:
+        if not out and p + (W - 1) * n + (W if n <= W else _K) > buf.size:
             return False
-        transpose16(block, 0, W, buf, q, n)
-        if n > W:
-            transpose16(block, W * W, W, buf, q + W, n)
+        for h in range(1 if n <= W else 2):
+            if out:
+                transpose16(block, h * W * W, W, buf, p + h * W, n)
+            else:
+                transpose16(buf, p + h * W, n, block, h * W * W, W)
         return True
 
     return impl
@@ -223,7 +206,7 @@ def _load_batch(buf, g, op, i1, i2, nb, n, run, block, idx, net, dense):
     if nb < W:  # a partial batch: the missing rows' lanes compute on zeros
         for c in range(0, _K * W, W):
             vstore(run, c, splat(_ZERO))
-    if net and dense and nb == W and _rows_in(buf, row_at(g, op, i1, i2), n, block):
+    if net and dense and nb == W and _rows_straight(buf, row_at(g, op, i1, i2), n, block, False):
         pass
     elif net:  # a row per _K-wide run row, then the register transposes
         for i in range(nb):
@@ -254,7 +237,7 @@ def _store_batch(buf, g, op, i1, i2, nb, n, block, run, idx, net, dense):
     """:func:`_load_batch` backwards: ``block`` (transposed results) into the
     rows of operand ``op`` (rounded once to its type by the stores)."""
     wide_vectors()
-    if net and dense and nb == W and _rows_out(block, buf, row_at(g, op, i1, i2), n):
+    if net and dense and nb == W and _rows_straight(buf, row_at(g, op, i1, i2), n, block, True):
         pass
     elif net:
         transpose16(block, 0, W, run, 0, _K)
