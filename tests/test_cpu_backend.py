@@ -283,7 +283,8 @@ def test_thread_count_and_row_split_deterministic(shape):
 @pytest.mark.parametrize(
     "dtype, n, threads",
     [(F32, 32_771, 1), (F32, 300, 1), (F32, 100, 1), (F32, 24, 1), (BF16, 32_771, 1),
-     (BF16, 112, 1), (F16, 300, 1), (F32, 64, 2), (F32, 16, 2), (BF16, 40, 2)],
+     (BF16, 112, 1), (F16, 300, 1), (F32, 64, 2), (F32, 16, 2), (BF16, 40, 2),
+     (F32, 32, 2), (F32, 30, 1)],  # (rows of <= 32: batches of 64 rows)
 )
 def test_streaming_stores_same_bits(dtype, n, threads):
     """Outputs of >= ``alloc.STREAM_BYTES`` go out by streaming stores
