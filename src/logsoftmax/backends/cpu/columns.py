@@ -209,6 +209,14 @@ def _rows4(a, first, J):
 
 
 @njit(forceinline=True, error_model="numpy")
+def _tiles_stream(ob, g, J):
+    """Whether pass 2 writes the tile rows of a ``J``-wide tile by streaming
+    stores: an output that streams (:func:`.rows.streams`) and tile rows of
+    at least 1 KiB (short ones would be mostly partial lines)."""
+    return streams(ob, g) and J * ob.itemsize >= 1024
+
+
+@njit(forceinline=True, error_model="numpy")
 def line_shift(ob, g, op, J):
     """Columns ``a`` by which the tiles' boundaries move left (tile ``k`` of
     an outer index: columns ``[k J - a, (k + 1) J - a)``, clipped to ``[0,
@@ -219,11 +227,11 @@ def line_shift(ob, g, op, J):
     its streaming ones (:func:`.segment.stream_head`): on the AMD EPYC (LLVM
     znver5) an ``out=`` 16 bytes past a line made 64x64x112x112 axis 1
     1.23x slower (24.3-25.2 ms against 19.7-20.5 at 0, 64 or 256 bytes),
-    64x64x56x56 1.14x; the library's own buffers are aligned, numpy's
+    64x64x56x56 1.14-1.19x; the library's own buffers are aligned, numpy's
     are 16 bytes past a line."""
     b = 4 + 5 * op
     L = 64 // ob.itemsize
-    if not (streams(ob, g) and J * ob.itemsize >= 1024 and J % L == 0 and g[b + 4] == 1):
+    if not (_tiles_stream(ob, g, J) and J % L == 0 and g[b + 4] == 1):
         return 0
     if g[b + 3] % L != 0 or (g[0] > 1 and g[b + 1] % L != 0) or (g[1] > 1 and g[b + 2] % L != 0):
         return 0
@@ -511,8 +519,7 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     staged = g[8] == 1 and streams(ob, g) and staged_rows(n, g[7] * xb.itemsize, xb.itemsize)
     xst = stage_for(xb, ccl * J, g[8] != 1 or staged)
     ost = stage_for(ob, ccl * J, g[13] != 1)
-    # tile rows of at least 1 KiB (short ones would be mostly partial lines)
-    stream = streams(ob, g) and J * ob.itemsize >= 1024
+    stream = _tiles_stream(ob, g, J)
     fetch = stream and not staged and n * J * xb.itemsize <= FETCH_TILE_BYTES
     # wide tiles (tile_width_for: too big for L2 either way) of one-chunk
     # columns summed row-major: the next tile's max pass (from memory) runs
@@ -747,7 +754,7 @@ def backward_tiles(db, yb, ob, g, op, accurate, J, t0, t1):
     dst_ = stage_for(db, ccl * J, g[8] != 1)
     yst = stage_for(yb, ccl * J, g[13] != 1)
     ost = stage_for(ob, ccl * J, g[18] != 1)
-    stream = streams(ob, g) and J * ob.itemsize >= 1024  # (as forward_tiles)
+    stream = _tiles_stream(ob, g, J)
     for t in range(t0, t1):
         o, j0, jn = _tile_cols(t, ntile, J, ni, a)
         dbase, dsn, dsi = _tile_geom(g, 0, o, j0)

@@ -35,8 +35,10 @@ the transposes read their rows straight from the buffer (and, for rows of
 16 or 32, write them straight back): :func:`_rows_straight`.
 In-process A/B on the AMD EPYC (LLVM znver5), 2 threads, 2**23 elements
 (``python benchmarks/ab_inprocess.py --old <worktree>``), old / new: float32
-forward rows of 16 1.18x, 12 1.29x, 8 1.06x; backward rows of 16 1.03x;
-bfloat16 (not taken) 1.00-1.02x.
+forward rows of 16 1.18x, 12 1.29x, 8 1.06x; bfloat16 (not taken)
+1.00-1.02x. One thread in cache, rows of 16: 0.853 -> 0.827 ns/element (a
+diagnostic variant without the arithmetic: 0.464 -> 0.387 from the reads
+alone).
 
 A forward batch with a row whose sum is not finite (a NaN, ``+inf``, a row
 of only ``-inf``) is redone row by row by the row kernels' code, which
@@ -172,9 +174,9 @@ def _rows_straight(buf, p, n, block, out):
     stride ``n``; returns whether it could. In: rows whose 16 (or 32)
     element reads stay inside ``buf`` (lanes past ``n`` then hold the next
     rows' elements, which no batch reads). Out: rows that fill their
-    vectors (16 or 32 elements). Through the scratch run (a store and a
-    load per row first) a batch of rows of 16 cost 0.08 ns/element more
-    (one thread, in cache, AMD EPYC LLVM znver5)."""
+    vectors (16 or 32 elements). The scratch run puts a store and a load
+    per row before the transposes (module doc for what skipping it
+    measured)."""
     raise NotImplementedError  # pragma: no cover - replaced by the overload
 
 
