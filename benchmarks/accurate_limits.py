@@ -149,6 +149,7 @@ def main() -> None:
     for k in (16, 32):  # the same per-element floor (a lane per row: .tiny)
         b = ns[f"torch log_softmax(out=), rows of {k}"] / 1.2
         print(f"  rows of {k}: 1.2x PyTorch budget {b:.3f}; the floor above {floor / b:.2f}x it")
+    _other_lengths(args.repeat, rng, torch)
 
     c, hw = 64, 112 * 112  # NCHW 1x64x112x112, axis 1: one tile of J columns
     J = int(C.tile_width(c, hw))
@@ -171,6 +172,33 @@ def main() -> None:
     for k, v in sec.items():
         print(f"  {k:40s} {v / (c * J) * 1e9:6.3f}")
     _backward_rows(args.repeat, rng, torch)
+
+
+def _other_lengths(repeat, rng, torch) -> None:
+    """The same floor at the row lengths of the performance set's short-row
+    problems (p05: 224, p06: 250, p03: 384), each row length timed on its
+    own rows: PyTorch's ``out=`` call against our max pass, float64-exp sum
+    and float64 write."""
+    print("\nrows of the performance set, float32, ns per element:"
+          " torch out= / ours / accurate max + sum + write alone; floor / 1.2x-PyTorch budget")
+    for n in (224, 250, 384):
+        rows = (1 << 16) // n
+        x = (rng.standard_normal(rows * n) * 3).astype(np.float32)
+        o = np.empty_like(x)
+        g = np.array([rows, 1, n, 1, 0, n, 0, 1, 1, 0, n, 0, 1, 1], np.int64)
+        tx, to = torch.from_numpy(x.reshape(rows, n)), torch.from_numpy(o.reshape(rows, n))
+        fns = {
+            "torch": lambda: torch.log_softmax(tx, 1, out=to),
+            "ours": lambda: _rows_forward(x, o, g, True),
+            "max": lambda: _max_pass(x, n),
+            "sum": lambda: _sum_pass(x, n, True),
+            "write": lambda: _write_pass(x, o, n, True),
+        }
+        sec, _ = time_calls(fns, repeat)
+        ns = {k: v / x.size * 1e9 for k, v in sec.items()}
+        floor = ns["max"] + ns["sum"] + ns["write"]
+        print(f"  n = {n}: torch {ns['torch']:.3f}, ours {ns['ours']:.3f}, floor {floor:.3f};"
+              f" {floor / (ns['torch'] / 1.2):.2f}x the budget")
 
 
 @njit(cache=True)

@@ -659,6 +659,34 @@ def test_short_rows_of_whole_vectors_give_the_row_kernels_bits(n, dtype, accurat
             assert np.array_equal(bits(xi), bits(ref)), (n, dense, op, "in place")
 
 
+@pytest.mark.parametrize("n", [15, 16, 17, 32, 33])
+def test_short_backward_rows_of_whole_vectors_give_the_row_kernels_bits(n):
+    """``rows.backward_short`` compiles its accurate batch loop once more for
+    float32 log_softmax rows of exactly 1 and 2 vectors (16, 32 elements:
+    ``n``, the op and the path constants). Each copy gives the row kernel's
+    bits (``rows.backward_range`` row by row), with a partial last batch,
+    rows that do not lie end to end, special values, and in place into
+    either operand; 15, 17 and 33 take the general copy, as does softmax."""
+    from logsoftmax.backends.cpu import rows
+
+    rng = np.random.default_rng(n)
+    for r, dense in ((203, True), (37, False)):
+        base = (rng.standard_normal((r, n + 5)) * 3).astype(F32)
+        x = np.ascontiguousarray(base[:, :n]) if dense else base[:, :n]
+        dd = _special_rows(rng.standard_normal(x.shape).astype(F32))
+        for op in (0, 1):
+            y = np.empty_like(x)
+            _rows_call(rows.forward_range, [x, y], None, op, True)
+            ref, got = np.empty_like(x), np.empty_like(x)
+            _rows_call(rows.backward_range, [dd, y, ref], None, op, True)
+            _rows_call(rows.backward_short, [dd, y, got], None, op, True)
+            assert np.array_equal(bits(got), bits(ref)), (n, dense, op)
+            for which in (0, 1):
+                ops = [dd.copy(), y.copy()]
+                _rows_call(rows.backward_short, ops + [ops[which]], None, op, True)
+                assert np.array_equal(bits(ops[which]), bits(ref)), (n, dense, op, which)
+
+
 @pytest.mark.parametrize("n", [2, 7, 12, 16, 24])
 def test_tiny_rows_in_place_out_and_threads(n):
     """Tiny rows through the backend: allocating, into a shifted ``out``, in
