@@ -10,9 +10,12 @@ the measurements behind the widths ``tile_width_for`` chooses.
     python benchmarks/column_tiles.py 1000x65536 0 bwd --widths 1024,2048,4096
     python benchmarks/column_tiles.py 64x64x56x56 1 fwd
 
-A problem is a float32 shape, the reduction axis and ``fwd`` or ``bwd``
-(log_softmax); without ``--widths``, the width the library would choose
-and half and double it.
+A problem is a shape, the reduction axis and ``fwd`` or ``bwd``
+(log_softmax), in float32 unless ``--dtype bf16|f16`` (the fast path
+then, as the library takes it for 16-bit data); without ``--widths``, the
+width the library would choose and half and double it.
+
+    python benchmarks/column_tiles.py 8x16x384x384 2 fwd --dtype f16 --widths 128,192,384
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+import ml_dtypes
 import numba
 import numpy as np
 
@@ -41,27 +45,31 @@ def main(argv=None) -> None:
     ap.add_argument("direction", choices=("fwd", "bwd"))
     ap.add_argument("--widths", help="comma-separated tile widths (columns)")
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="f32")
     args = ap.parse_args(argv)
     shape = tuple(int(v) for v in args.shape.split("x"))
     numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
     threads = numba.get_num_threads()
     rng = np.random.default_rng(0)
-    x = rng.standard_normal(shape, dtype=np.float32)
-    dd = rng.standard_normal(shape, dtype=np.float32)
+    dtype = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}[args.dtype]
+    x = rng.standard_normal(shape, dtype=np.float32).astype(dtype)
+    dd = rng.standard_normal(shape, dtype=np.float32).astype(dtype)
     y = logsoftmax.log_softmax(x, axis=args.axis)
     out = logsoftmax.log_softmax(x, axis=args.axis)  # the library's own output memory
     bwd = args.direction == "bwd"
     ops = [dd, y, out] if bwd else [x, out]
-    lay = layout(shape, [a.strides for a in ops], [4] * len(ops), args.axis)
+    lay = layout(shape, [a.strides for a in ops], [a.itemsize for a in ops], args.axis)
     if not lay.inner:
         raise SystemExit("the reduction axis is the last one: no column tiles")
     n1, n2, n, ni = lay.dims
     chosen = int(columns.tile_width_for(n, ni, bwd, threads))
     widths = ([int(v) for v in args.widths.split(",")] if args.widths
               else sorted({max(64, chosen // 2), chosen, chosen * 2}))
-    flat = [a.reshape(-1) for a in ops]
-    # the precision path the library takes for float32 (cpu backend's rule)
-    accurate = np.bool_(n <= (segment.SHORT_BACKWARD if bwd else segment.SHORT))
+    flat = lay.buffers(ops)
+    # the precision path the library takes (cpu backend's rule: float32's
+    # short reductions accurate, 16-bit data fast)
+    accurate = np.bool_(dtype == np.float32
+                        and n <= (segment.SHORT_BACKWARD if bwd else segment.SHORT))
 
     def call(J):
         if bwd:
@@ -74,7 +82,7 @@ def main(argv=None) -> None:
         f()
         if ref is None:
             ref = out.copy()
-        elif not np.array_equal(ref.view(np.uint32), out.view(np.uint32)):
+        elif not np.array_equal(ref.view(np.uint8), out.view(np.uint8)):
             raise SystemExit(f"width {J} changed the result's bits")
     times = {J: [] for J in fns}
     for _ in range(args.rounds):
@@ -83,7 +91,7 @@ def main(argv=None) -> None:
             f()
             times[J].append(time.perf_counter() - t)
     print(f"CPU: {cpu_info()['model']}; {threads} threads; {args.shape} axis {args.axis} "
-          f"{args.direction} float32; tile_width_for chooses {chosen} columns; same bits: yes")
+          f"{args.direction} {np.dtype(dtype).name}; accurate path: {bool(accurate)}; tile_width_for chooses {chosen} columns; same bits: yes")
     print("| columns per tile | ms (median) | min |")
     print("|---:|---:|---:|")
     for J, v in times.items():
