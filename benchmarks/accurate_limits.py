@@ -176,12 +176,13 @@ def main() -> None:
 
 def _other_lengths(repeat, rng, torch) -> None:
     """The same floor at the row lengths of the performance set's short-row
-    problems (p05: 224, p06: 250, p03: 384), each row length timed on its
-    own rows: PyTorch's ``out=`` call against our max pass, float64-exp sum
-    and float64 write."""
+    problems (r16, r32, p05: 224, p06: 250, p03: 384), each row length
+    timed on its own rows: PyTorch's ``out=`` call and our whole forward
+    (rows of 16: :mod:`.tiny`'s) against our max pass, float64-exp sum and
+    float64 write."""
     print("\nrows of the performance set, float32, ns per element:"
           " torch out= / ours / accurate max + sum + write alone; floor / 1.2x-PyTorch budget")
-    for n in (224, 250, 384):
+    for n in (16, 32, 224, 250, 384):
         rows = (1 << 16) // n
         x = (rng.standard_normal(rows * n) * 3).astype(np.float32)
         o = np.empty_like(x)
