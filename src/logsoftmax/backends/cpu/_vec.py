@@ -62,6 +62,7 @@ __all__ = [
     "vfma",
     "vmax",
     "where",
+    "negate",
     "as_int",
     "as_float",
     "scale_pow2",
@@ -799,6 +800,30 @@ for _op, _sym in (
     (operator.ne, "!="),
 ):
     _overload_binary(_op, _cmp(_sym))
+
+
+@intrinsic
+def negate(typingctx, x):
+    """``-x`` (float scalar or vector) that later arithmetic cannot fold:
+    an ``llvm.arithmetic.fence`` after the sign flip. For the
+    negated statistics that pass 2 multiplies: in code compiled for
+    constants LLVM folded ``fma(a, -s, c)`` into a negated FMA, which
+    passes a NaN ``s`` on without the sign flip (NaN signs are unspecified
+    through LLVM arithmetic), so one kernel's NaN rows came out with the
+    other sign bit than another's."""
+    el = _elem(x)
+    if el not in (types.float32, types.float64):
+        raise TypingError("negate: float scalar or vector expected")
+
+    def codegen(context, builder, sig, args):
+        v = builder.fneg(args[0])
+        t = v.type
+        name = (f"v{t.count}f{el.bitwidth}" if isinstance(t, ir.VectorType)
+                else f"f{el.bitwidth}")
+        fence = _declare(builder, f"llvm.arithmetic.fence.{name}", ir.FunctionType(t, [t]))
+        return builder.call(fence, [v])
+
+    return x(x), codegen
 
 
 @intrinsic

@@ -682,28 +682,22 @@ def backward_short(db, yb, ob, g, op, accurate, r0, r1):
 
 @njit(forceinline=True, error_model="numpy")
 def _backward_short_rows(db, yb, ob, g, op, accurate, r0, r1, n):
-    """:func:`backward_short`'s batch loop (constants in the copies). It
-    keeps ``-S`` and hands pass 2 ``-(-S)``: pass 2's ``d - e**y * S`` is an
-    FMA with ``-S``, and in a copy compiled for constants LLVM folded that
-    negation into a negated FMA, which passes a NaN ``S`` on without the sign
-    flip every other kernel gives it (NaN signs are unspecified through LLVM
-    arithmetic). Negated once on the way into ``s`` and once on the way out,
-    the two negations cancel in the IR and the FMA takes ``-S`` from memory:
-    the same bits as :func:`backward_range` in every copy, NaN rows included
-    (``test_short_backward_rows_of_whole_vectors_give_the_row_kernels_bits``)."""
+    """:func:`backward_short`'s batch loop (constants in the copies; their NaN
+    rows keep every kernel's bits through :func:`._vec.negate` in
+    :func:`.segment.backward_vec64`)."""
     s = np.empty(BATCH)
     i1, i2 = first_row(g, r0)
     for b0 in range(r0, r1, BATCH):
         nb = min(BATCH, r1 - b0)
         j1, j2 = i1, i2
         for i in range(nb):
-            s[i] = -chunk_grad_sum(view(db, row_at(g, 0, j1, j2), n), view(yb, row_at(g, 1, j1, j2), n), 0, n, op)
+            s[i] = chunk_grad_sum(view(db, row_at(g, 0, j1, j2), n), view(yb, row_at(g, 1, j1, j2), n), 0, n, op)
             j1, j2 = next_row(g, j1, j2)
         for i in range(nb):
             ds = view(db, row_at(g, 0, i1, i2), n)
             ys = view(yb, row_at(g, 1, i1, i2), n)
             os = view(ob, row_at(g, 2, i1, i2), n)
-            write_backward(ds, ys, os, 0, n, op, accurate, -s[i])
+            write_backward(ds, ys, os, 0, n, op, accurate, s[i])
             i1, i2 = next_row(g, i1, i2)
 
 

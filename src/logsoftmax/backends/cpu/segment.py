@@ -68,6 +68,7 @@ from ._vec import (
     lane,
     lanes_below,
     lo_f64,
+    negate,
     prefetch,
     prefetch_ahead,
     prefetch_w,
@@ -681,7 +682,7 @@ def backward_vec64(d, y, op, s0, s1):
     once: ``d - e**y * S`` (one FMA) or ``y * (d - S)``, ``S = s0`` for the
     low 8 lanes and ``s1`` for the high ones (scalars for a row, vectors
     for rows across lanes: :mod:`.tiny`)."""
-    if op == _LSM:
-        return join_f32(vfma(exp_f64_any(lo_f64(y)), -s0, lo_f64(d)),
-                        vfma(exp_f64_any(hi_f64(y)), -s1, hi_f64(d)))
+    if op == _LSM:  # (negate: the same NaN sign in every kernel that inlines this)
+        return join_f32(vfma(exp_f64_any(lo_f64(y)), negate(s0), lo_f64(d)),
+                        vfma(exp_f64_any(hi_f64(y)), negate(s1), hi_f64(d)))
     return join_f32(lo_f64(y) * (lo_f64(d) - s0), hi_f64(y) * (hi_f64(d) - s1))
