@@ -108,6 +108,7 @@ from common import (  # noqa: E402
     load_problems,
     problem_from_json,
     replace_block,
+    paired_rounds,
     strided_empty,
     time_calls,
 )
@@ -467,6 +468,37 @@ def first_call_table(fc: dict[str, dict], procs: int) -> str:
 # ----------------------------------------------------------------------------
 # the targets (issue 10)
 # ----------------------------------------------------------------------------
+#: one-sided sign-test level below which the paired re-timing calls ``out=``
+#: slower than allocating (:func:`recheck_out`)
+SIGN_P = 0.05
+#: paired rounds of that re-timing
+RECHECK_ROUNDS = 15
+
+
+def recheck_out(results: list[dict]) -> None:
+    """Re-time each problem whose ``out=`` median came out above its
+    allocating one: the two calls alone, in :data:`RECHECK_ROUNDS` paired
+    rounds (:func:`common.paired_rounds`), stored as ``r["recheck"]``.
+
+    Medians of 7 rounds put ``out=`` above allocating on a different few of
+    32 problems in every run (by 1.02-1.09x), and each worst case re-timed
+    alone came out level. The target ("never slower") is a claim about a
+    difference, so a one-sided sign test on paired rounds decides it:
+    slower where ``out=`` lost at least 12 of 15 rounds (p < 0.05),
+    whatever the size of the loss."""
+    for r in results:
+        v = ratio(r, "ours_out", "ours")
+        if v is None or v <= 1.0:
+            continue
+        gc.collect()
+        fns = variants(r["problem"], None, None, np.random.default_rng(0))
+        r["recheck"] = paired_rounds(fns["ours_out"], fns["ours"], RECHECK_ROUNDS)
+        print(f"re-timed {_pid(r)}: out= / allocating {r['recheck']['median']:.3f}x, "
+              f"slower in {r['recheck']['slower']} of {RECHECK_ROUNDS} "
+              f"(p = {r['recheck']['p']:.2g})", flush=True)
+        del fns
+
+
 def _worst(rs, f, higher_is_better=True):
     """(value, result) pairs with a value, worst first."""
     vals = [(f(r), r) for r in rs if f(r) is not None]
@@ -536,12 +568,28 @@ def targets(results: list[dict], fc: dict | None) -> list[list[str]]:
 
     slow = _worst(results, lambda r: ratio(r, "ours_out", "ours"), higher_is_better=False)
     if slow:
-        over = [f"{_pid(r)} {v:.2f}x" for v, r in slow if v > 1.0]
+        over = [(v, r) for v, r in slow if v > 1.0]
         text = f"worst `out=` / allocating: {slow[0][0]:.2f}x ({_pid(slow[0][1])})"
         if over:
-            text += f"; slower on {len(over)} of {len(slow)}: " + ", ".join(over[:6])
+            text += f"; slower on {len(over)} of {len(slow)}: " + ", ".join(
+                f"{_pid(r)} {v:.2f}x" for v, r in over[:6])
+        # the medians' "slower" is settled by the paired re-timing where it ran
+        # (:func:`recheck_out`): slower only where the sign test says so
+        checked = [r for _, r in over if "recheck" in r]
+        if checked:
+            sig = [r for r in checked if r["recheck"]["p"] < SIGN_P]
+            text += (f". Re-timed paired ({checked[0]['recheck']['rounds']} rounds each, "
+                     f"`out=` / allocating per round): " + ", ".join(
+                         f"{_pid(r)} {r['recheck']['median']:.2f}x, slower in "
+                         f"{r['recheck']['slower']} (p = {r['recheck']['p']:.2g})"
+                         for r in checked[:6]))
+            text += (f"; significantly slower (sign test, p < {SIGN_P}): "
+                     + (", ".join(_pid(r) for r in sig) if sig else "none"))
+            ok = not sig and len(checked) == len(over)
+        else:
+            ok = not over
         rows.append(["`out=` never slower than allocating (every problem)", text,
-                     "met" if not over else "not met"])
+                     "met" if ok else "not met"])
 
     def speed(num, den):
         return lambda r: ratio(r, num, den)
@@ -762,6 +810,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in todo:
         results.append(run_problem(p, repeat, torch, scipy_special))
         print("| " + " | ".join(row_cells(results[-1])) + " |", flush=True)
+    recheck_out(results)
     fixed = fixed_cost_table(results)
     if fixed:
         print("\nFixed cost of a call (ratios: ours / theirs)\n\n" + fixed)

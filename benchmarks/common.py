@@ -53,6 +53,7 @@ __all__ = [
     "copy2_serial",
     "add3_serial",
     "time_calls",
+    "paired_rounds",
     "cpu_info",
     "replace_block",
 ]
@@ -209,6 +210,33 @@ def time_calls(
         name: float(np.median(s)) for name, s in samples.items() if s and name not in errors
     }
     return seconds, errors
+
+
+def paired_rounds(a: Callable[[], object], b: Callable[[], object], rounds: int) -> dict:
+    """``a`` against ``b`` in ``rounds`` paired rounds: each round times a
+    sample of each (back-to-back calls lasting >= 20 ms, as
+    :func:`time_calls`), the order alternating from round to round, and
+    keeps ``a``'s time over ``b``'s.
+
+    Returns ``{"rounds", "median"`` (of the per-round ratios), ``"slower"``
+    (rounds where ``a`` took longer), ``"p"}``: the one-sided sign test's
+    chance of ``a`` losing that many rounds or more if the two were equally
+    fast.
+    """
+    a(), b()
+    k = max(_calls_per_sample(a, 0.02), _calls_per_sample(b, 0.02))
+    ratios = []
+    for i in range(rounds):
+        t = {}
+        for name, fn in ((("a", a), ("b", b)) if i % 2 == 0 else (("b", b), ("a", a))):
+            t0 = time.perf_counter()
+            for _ in range(k):
+                fn()
+            t[name] = time.perf_counter() - t0
+        ratios.append(t["a"] / t["b"])
+    slower = sum(v > 1.0 for v in ratios)
+    p = sum(math.comb(rounds, i) for i in range(slower, rounds + 1)) / 2**rounds
+    return {"rounds": rounds, "median": float(np.median(ratios)), "slower": slower, "p": p}
 
 
 def _read(path: str) -> str:
