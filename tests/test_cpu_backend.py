@@ -322,10 +322,15 @@ def test_streaming_stores_same_bits(dtype, n, threads):
             assert np.array_equal(bits(o), bits(g)), shift
             CPU.softmax_backward(dd, sm, 1, o, dt)
             assert np.array_equal(bits(o), bits(gs)), shift
-        xi, di = x.copy(), dd.copy()
+        xi, di, yi = x.copy(), dd.copy(), y.copy()
         _fwd("log_softmax", xi, 1, xi)
         CPU.log_softmax_backward(di, y, 1, di, dt)
         assert np.array_equal(bits(xi), bits(y)) and np.array_equal(bits(di), bits(g))
+        CPU.log_softmax_backward(dd, yi, 1, yi, dt)  # in place into dst
+        assert np.array_equal(bits(yi), bits(g))
+        smi = sm.copy()
+        CPU.softmax_backward(dd, smi, 1, smi, dt)
+        assert np.array_equal(bits(smi), bits(gs))
 
     _with_threads(threads, run)
 

@@ -145,7 +145,11 @@ def _cache_bytes():
 #: 64x1024 NCHW tile 0.469 ns/element lane-major vs 0.562 row-major
 #: (``python benchmarks/accurate_limits.py``), the whole NCHW 64-channel
 #: forward 1.00 -> 0.83-0.90; but 1000x8192 axis 0 1.53 -> 2.53 lane-major
-#: (a lane's elements 16 rows apart: one page each)
+#: (a lane's elements 16 rows apart: one page each). Staged tiles
+#: (:func:`staged_rows`, dense) sum lane-major on the accurate path whatever
+#: their length (see :func:`forward_tiles`). 384 rows of float16 (p04,
+#: 8x16x384x384 axis 2) lane-major: 0.97x (in-process A/B, AMD EPYC, LLVM
+#: znver4), so the bound stays.
 LANE_MAJOR_ROWS = 256
 #: tile rows ahead that the max pass prefetches (reads) and the write pass
 #: claims (prefetchw): each tile row is its own short run of lines on its
@@ -170,7 +174,7 @@ FETCH_TILE_BYTES = 1 << 19
 def staged_rows(n, sn_bytes, itemsize):
     """Whether the forward copies each tile into a dense ``n x J`` stage
     before its passes (outputs that stream only, :func:`.rows.streams`):
-    float32 columns of one chunk, long enough to be summed row-major, whose
+    float32 columns of one chunk, longer than :data:`LANE_MAJOR_ROWS`, whose
     rows lie a multiple of 4 KiB apart (1000x65536 axis 0: 256 KiB). Such
     rows all fall into the same few sets of L1 and L2 (their addresses agree
     below bit 12), so a tile read by the max pass is mostly gone from L2
