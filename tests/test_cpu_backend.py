@@ -664,14 +664,16 @@ def test_short_rows_of_whole_vectors_give_the_row_kernels_bits(n, dtype, accurat
             assert np.array_equal(bits(xi), bits(ref)), (n, dense, op, "in place")
 
 
-@pytest.mark.parametrize("n", [15, 16, 17, 32, 33])
+@pytest.mark.parametrize("n", [13, 15, 16, 17, 24, 31, 32, 33, 40, 47, 48])
 def test_short_backward_rows_of_whole_vectors_give_the_row_kernels_bits(n):
     """``rows.backward_short`` compiles its accurate batch loop once more for
     float32 log_softmax rows of exactly 1 and 2 vectors (16, 32 elements:
-    ``n``, the op and the path constants). Each copy gives the row kernel's
-    bits (``rows.backward_range`` row by row), with a partial last batch,
-    rows that do not lie end to end, special values, and in place into
-    either operand; 15, 17 and 33 take the general copy, as does softmax."""
+    ``n``, the op and the path constants), and for rows of 1, 2 and 3
+    vectors with a partial last one (13-15, 17-31, 33-47: the vector count
+    a constant). Each copy gives the row kernel's bits
+    (``rows.backward_range`` row by row), with a partial last batch, rows
+    that do not lie end to end, special values, and in place into either
+    operand; 48 takes the general copy, as does softmax."""
     from logsoftmax.backends.cpu import rows
 
     rng = np.random.default_rng(n)

@@ -48,6 +48,7 @@ from .segment import (
     chunk_sum_at,
     forward_vec,
     grad_sum_streaming,
+    grad_sum_vectors,
     grad_sum_writing,
     merge,
     row_log,
@@ -56,6 +57,7 @@ from .segment import (
     stream_backward,
     sum32_writing,
     write_backward,
+    write_backward_vectors,
     write_forward,
 )
 
@@ -673,15 +675,21 @@ def backward_short(db, yb, ob, g, op, accurate, r0, r1):
     # 349525x24 (the general copy) 1.00-1.03x. With n alone a constant, rows
     # of 16 gained 0.89-0.94x of that.
     if op == _LSM and accurate and n == W:
-        _backward_short_rows(db, yb, ob, g, _LSM, True, r0, r1, W)
+        _backward_short_rows(db, yb, ob, g, _LSM, True, r0, r1, W, 0)
     elif op == _LSM and accurate and n == 2 * W:
-        _backward_short_rows(db, yb, ob, g, _LSM, True, r0, r1, 2 * W)
+        _backward_short_rows(db, yb, ob, g, _LSM, True, r0, r1, 2 * W, 0)
+    elif op == _LSM and accurate and n < W:
+        _backward_short_rows(db, yb, ob, g, _LSM, True, r0, r1, n, 1)
+    elif op == _LSM and accurate and n < 2 * W:
+        _backward_short_rows(db, yb, ob, g, _LSM, True, r0, r1, n, 2)
+    elif op == _LSM and accurate and n < 3 * W:
+        _backward_short_rows(db, yb, ob, g, _LSM, True, r0, r1, n, 3)
     else:
-        _backward_short_rows(db, yb, ob, g, op, accurate, r0, r1, n)
+        _backward_short_rows(db, yb, ob, g, op, accurate, r0, r1, n, 0)
 
 
 @njit(forceinline=True, error_model="numpy")
-def _backward_short_rows(db, yb, ob, g, op, accurate, r0, r1, n):
+def _backward_short_rows(db, yb, ob, g, op, accurate, r0, r1, n, nv):
     """:func:`backward_short`'s batch loop (constants in the copies; their NaN
     rows keep every kernel's bits through :func:`._vec.negate` in
     :func:`.segment.backward_vec64`)."""
@@ -691,13 +699,18 @@ def _backward_short_rows(db, yb, ob, g, op, accurate, r0, r1, n):
         nb = min(BATCH, r1 - b0)
         j1, j2 = i1, i2
         for i in range(nb):
-            s[i] = chunk_grad_sum(view(db, row_at(g, 0, j1, j2), n), view(yb, row_at(g, 1, j1, j2), n), 0, n, op)
+            ds = view(db, row_at(g, 0, j1, j2), n)
+            ys = view(yb, row_at(g, 1, j1, j2), n)
+            s[i] = grad_sum_vectors(ds, ys, n, op, nv) if nv > 0 else chunk_grad_sum(ds, ys, 0, n, op)
             j1, j2 = next_row(g, j1, j2)
         for i in range(nb):
             ds = view(db, row_at(g, 0, i1, i2), n)
             ys = view(yb, row_at(g, 1, i1, i2), n)
             os = view(ob, row_at(g, 2, i1, i2), n)
-            write_backward(ds, ys, os, 0, n, op, accurate, s[i])
+            if nv > 0:
+                write_backward_vectors(ds, ys, os, n, op, s[i], nv)
+            else:
+                write_backward(ds, ys, os, 0, n, op, accurate, s[i])
             i1, i2 = next_row(g, i1, i2)
 
 

@@ -103,6 +103,8 @@ __all__ = [
     "row_log",
     "write_forward",
     "chunk_grad_sum",
+    "grad_sum_vectors",
+    "write_backward_vectors",
     "grad_sum_writing",
     "grad_sum_streaming",
     "store_backward",
@@ -552,6 +554,36 @@ def _grad_sum_rest(ds, ys, k, end, op, a0, a1, a2, a3):
         a2, a3 = _grad_part(ds, ys, k + W, end - k - W, op, a2, a3)
     # lanes l and l + 16, then the tree of the 16 that remain
     return reduce_add((a0 + a2) + (a1 + a3))
+
+
+@njit(forceinline=True, error_model="numpy")
+def grad_sum_vectors(ds, ys, n, op, nv):
+    """:func:`chunk_grad_sum` of a row of ``n`` elements from 0, ``(nv - 1) W
+    < n < nv W`` for a constant ``nv``: the same lanes and tree, in a
+    shape fixed by ``nv`` (whole steps, then the masked tail), so that a
+    copy of a batch loop compiled for ``nv`` has no loop left per row."""
+    wide_vectors()
+    z = splat(0.0)
+    a0, a1, a2, a3 = z, z, z, z
+    steps = (nv - 1) // 2
+    for i in range(steps):
+        a0, a1, a2, a3 = _grad_step(ds, ys, 2 * W * i, op, a0, a1, a2, a3)
+    k = steps * 2 * W
+    a0, a1 = _grad_part(ds, ys, k, n - k, op, a0, a1)
+    if nv - 2 * steps == 2:
+        a2, a3 = _grad_part(ds, ys, k + W, n - k - W, op, a2, a3)
+    return reduce_add((a0 + a2) + (a1 + a3))
+
+
+@njit(forceinline=True, error_model="numpy")
+def write_backward_vectors(ds, ys, os, n, op, s, nv):
+    """:func:`write_backward` (accurate) of a row of ``n <= nv W`` elements,
+    ``nv`` a constant: the same vectors, unrolled."""
+    for v in range(nv):
+        k = v * W
+        d = vload_n(ds, k, n - k, _ZERO)
+        y = vload_n(ys, k, n - k, _ZERO)
+        vstore_n(os, k, backward_vec64(d, y, op, s, s), n - k)
 
 
 @njit(forceinline=True, error_model="numpy")
