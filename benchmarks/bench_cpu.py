@@ -107,8 +107,8 @@ from common import (  # noqa: E402
     cpu_info,
     load_problems,
     problem_from_json,
-    replace_block,
     paired_rounds,
+    replace_block,
     strided_empty,
     time_calls,
 )
@@ -481,7 +481,8 @@ def recheck_out(results: list[dict]) -> None:
     rounds (:func:`common.paired_rounds`), stored as ``r["recheck"]``.
 
     Medians of 7 rounds put ``out=`` above allocating on a different few of
-    32 problems in every run (by 1.02-1.09x), and each worst case re-timed
+    32 problems in every run (by 1.02-1.12x on an AMD EPYC Zen 4), and each
+    worst case re-timed
     alone came out level. The target ("never slower") is a claim about a
     difference, so a one-sided sign test on paired rounds decides it:
     slower where ``out=`` lost at least 12 of 15 rounds (p < 0.05),

@@ -552,7 +552,8 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
             # a staged tile's accurate sums go lane-major: the stage is dense,
             # so a lane's rows are no longer a page each (LANE_MAJOR_ROWS), and
             # the float64 lanes stay in registers. One thread, 1000x65536 axis
-            # 0: stage + sums 57.8 -> 52.4 ms; in-process A/B, numpy out=,
+            # 0: stage + sums 57.5 -> 51.6 ms (python benchmarks/column_passes.py
+            # 1000x65536 --threads 1); in-process A/B, numpy out=,
             # same bits (AMD EPYC, LLVM znver4): 1 thread 1.09-1.16x, 2
             # threads 1.10-1.15x (one noisy run of four: 0.91-0.95),
             # 500x131072 1.04-1.13x. Float32 terms stay row-major (4000x16384:

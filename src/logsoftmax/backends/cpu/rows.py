@@ -696,7 +696,10 @@ def backward_short(db, yb, ob, g, op, accurate, r0, r1):
 def _backward_short_rows(db, yb, ob, g, op, accurate, r0, r1, n, nv):
     """:func:`backward_short`'s batch loop (constants in the copies; their NaN
     rows keep every kernel's bits through :func:`._vec.negate` in
-    :func:`.segment.backward_vec64`)."""
+    :func:`.segment.backward_vec64`). ``nv > 0``: rows of ``nv`` vectors,
+    the last one partial (``n`` a variable, ``nv`` a constant), through
+    :func:`.segment.grad_sum_vectors` and
+    :func:`.segment.write_backward_vectors`; 0: any ``n``."""
     s = np.empty(BATCH)
     i1, i2 = first_row(g, r0)
     for b0 in range(r0, r1, BATCH):
