@@ -62,7 +62,7 @@ def main(argv=None) -> None:
     if not lay.inner:
         raise SystemExit("the reduction axis is the last one: no column tiles")
     n1, n2, n, ni = lay.dims
-    chosen = int(columns.tile_width_for(n, ni, bwd, threads))
+    chosen = int(columns.tile_width_for(n, ni, bwd, threads, n1 * n2))
     widths = ([int(v) for v in args.widths.split(",")] if args.widths
               else sorted({max(64, chosen // 2), chosen, chosen * 2}))
     flat = lay.buffers(ops)

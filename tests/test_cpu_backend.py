@@ -376,8 +376,8 @@ def test_streaming_column_stores_same_bits(dtype, c):
 
 @pytest.mark.parametrize("dtype, n", [(F32, 600), (F32, 1100), (BF16, 700)])
 def test_column_tile_width_changes_no_bit(dtype, n):
-    """Wide column tiles (``columns.tile_width_for`` on CPUs with a big L3)
-    give the bits of the 1024-wide ones and of the public call, forward and
+    """Wide column tiles (``columns.tile_width_for``: the backward's, and
+    the forward's on CPUs with a big L3) give the bits of the 1024-wide ones and of the public call, forward and
     backward, log_softmax and softmax, in place too (600 rows: the float32
     forward's accurate path; 1100: its fast path; widths that end
     mid-vector too). Tiles wider than 1024 take the pipelined statistics
@@ -395,7 +395,7 @@ def test_column_tile_width_changes_no_bit(dtype, n):
     for name, op in (("log_softmax", Op.LOG_SOFTMAX), ("softmax", Op.SOFTMAX)):
         y = _fwd(name, x, 0)
         g = getattr(CPU, name + "_backward")(dd, y, 0, None, dt)
-        for J in (1024, 2048, 2096, 4096):
+        for J in (1024, 2048, 2096, 4096, 4112):  # 4112: one tile spans every column
             o = np.empty_like(x)
             lay = layout(x.shape, [x.strides, o.strides], [dt.itemsize] * 2, 0)
             columns.forward_tiles(flat(x), flat(o), lay.g, op, accurate, J, 0, -1)
@@ -488,17 +488,39 @@ def test_column_tile_width_for_the_caches(monkeypatch):
     from logsoftmax.backends.cpu import columns
 
     monkeypatch.setattr(columns, "_cache_bytes", lambda: (2 << 20, 480 << 20))
-    assert columns.tile_width_for(1000, 65536, True, 2) == 4096
     assert columns.tile_width_for(1000, 65536, False, 2) == 2048
     assert columns.tile_width_for(4000, 16384, False, 2) == 512
+    assert columns.tile_width_for(1000, 65536, False, 16) == 1024  # 30 MiB a thread
     assert columns.tile_width_for(256, 65536, True, 2) == 1024  # fits L2 at 1024
-    assert columns.tile_width_for(1000, 65536, True, 16) == 1024  # 30 MiB a thread
     assert columns.tile_width_for(1000, 100, True, 2) == 112  # no wider than the columns
     monkeypatch.setattr(columns, "_cache_bytes", lambda: (1 << 20, 32 << 20))
-    assert columns.tile_width_for(1000, 65536, True, 2) == 1024
+    assert columns.tile_width_for(1000, 65536, False, 2) == 1024
     assert columns.tile_width_for(4000, 16384, False, 2) == 256
+    # the backward: the widest tiles that give each thread two, whatever the L3
+    assert columns.tile_width_for(1000, 65536, True, 2) == 16384
+    assert columns.tile_width_for(500, 131072, True, 2) == columns.WIDE_BACKWARD
+    assert columns.tile_width_for(4000, 16384, True, 2) == 4096
+    assert columns.tile_width_for(1000, 65536, True, 16) == 2048
+    assert columns.tile_width_for(1000, 4096, True, 2, 16) == 4096  # 16 planes: one tile each
+    assert columns.tile_width_for(1000, 1000, True, 2) == 1008  # never narrower than tile_width
     monkeypatch.setattr(columns, "_cache_bytes", lambda: (0, 0))  # unknown caches
-    assert columns.tile_width_for(1000, 65536, True, 2) == 1024
+    assert columns.tile_width_for(1000, 65536, False, 2) == 1024
+
+
+@pytest.mark.parametrize("ni", [100, 1000, 1040, 3136, 12544, 16384, 65536])
+def test_column_tiles_even(ni):
+    """Columns that 1024-wide tiles do not divide take tiles of even width
+    (no narrow last tile), with room for ``line_shift``'s move of under 64
+    bytes: the same number of tiles either way."""
+    from logsoftmax.backends.cpu import columns
+
+    J = columns.tile_width(64, ni)
+    tiles = -(-ni // 1024)
+    assert J % 16 == 0 and J <= 1024 and -(-ni // J) == tiles
+    if ni > 1024 and ni % 1024:
+        assert -(-(ni + 31) // J) == tiles  # room for line_shift's move
+        assert ni - (tiles - 1) * J >= J // 2  # no narrow last tile
+    assert columns.tile_width(64, 3136) == 800  # NCHW 56x56: 4 x 800, not 3 x 1024 + 64
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=dtypes.name_of)

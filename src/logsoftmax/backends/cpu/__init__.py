@@ -362,7 +362,7 @@ class CpuBackend(Backend):
         size = diff_dst.size
 
         if lay.inner:
-            J = columns.tile_width_for(n, ni, True, _threads())
+            J = columns.tile_width_for(n, ni, True, _threads(), n1 * n2)
             tiles = n1 * n2 * -(-ni // J)
 
             def kernel(db, yb, ob, g):

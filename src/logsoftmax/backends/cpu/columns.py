@@ -84,10 +84,28 @@ def tile_width(n, ni, budget=1 << 20, widest=1024):
     thread, float32 axis 0 with 8192 columns, against the earlier 2**18
     (tiles of 1 MiB): 1000 rows 1.38 -> 1.18-1.20 ns/element (J 256 ->
     1024), 2000 rows 2.29 -> 1.6, 4096 rows 2.81 -> 1.82; a narrower
-    2**17 was slower still (1.9-2.1 at 1000 rows)."""
+    2**17 was slower still (1.9-2.1 at 1000 rows).
+
+    Columns that ``J`` does not divide take tiles of even width (a multiple
+    of ``W``, with ``2 W`` of slack so that :func:`line_shift`'s move adds
+    no tile) rather than full tiles and a narrow last one: NCHW 56x56 (3136
+    columns) 4 x 800 instead of 3 x 1024 + 64. AMD EPYC (LLVM znver4), 2
+    threads, in-process A/B (``python benchmarks/ab_inprocess.py``), same
+    bits: 64x64x56x56 axis 1 float32 forward 1.06-1.08x, bfloat16 1.10x,
+    backward 1.01-1.07x; 64x64x112x112 (13 x 976 instead of 12 x 1024 +
+    256) 1.02-1.14x forward, backward 0.97x (noise: A/A 0.90-1.04)."""
     rows = min(n, CHUNK)
     j = max(4 * W, min(widest, budget // rows // W * W))
-    return min(j, -(-ni // W) * W)
+    j = min(j, -(-ni // W) * W)
+    if ni % j == 0:
+        return j
+    # k tiles of even width instead of k - 1 full ones and a narrow last
+    # one, with W columns of slack for line_shift's move (a < 64 bytes)
+    k = -(-ni // j)
+    even = -(-(-(-ni // k)) // W) * W
+    if even * k < ni + 2 * W:
+        even += W
+    return min(even, j)
 
 
 #: a thread's share of the last-level cache from which long columns take
@@ -95,32 +113,53 @@ def tile_width(n, ni, budget=1 << 20, widest=1024):
 WIDE_TILE_L3 = 64 << 20
 
 
-def tile_width_for(n, ni, backward, threads):
-    """:func:`tile_width` for a call: columns too long for a 1024-wide
-    float32 tile to fit in L2 take wider tiles where each thread has at
-    least :data:`WIDE_TILE_L3` of L3 -- up to 2048 columns and 2**21
-    elements (forward), 4096 and 2**23 (backward, whose two passes read two
-    operands). A tile then no longer fits in L2 either way, and longer
-    contiguous runs per tile row (each row of a 1024-wide float32 tile is
-    one 4 KiB page) keep the hardware prefetcher and the TLB ahead.
-    Intel Xeon (LLVM rocketlake, L2 2 MiB, L3 480 MiB), 2 threads, float32,
-    interleaved in one process, same bits (``python
-    benchmarks/column_tiles.py 1000x65536 0 bwd --widths 1024,2048,4096``
-    and the like): 1000x65536 axis 0 backward
-    62.5 ms at J = 1024, 52.1 at 2048, 46.5 at 4096 (narrower: 71-99);
-    forward 58.0 / 51.6 / 64.0; 4000x16384 backward 54.5 (J = 1024) ->
-    49.1 (2048), forward 65.1 (256) -> 52.6 (512); but 256x65536 forward
-    11.4 ms at 1024 against 14.1 at 2048 (a later run: 11.5 / 12.7), and
-    64x64x56x56 axis 1 forward 6.0 (1024) against 6.4-6.6 wider (later:
-    5.9 against 6.4), so short columns keep 1024. CPUs with
-    less L3 per thread (the AMD EPYC's 32 MiB for 2) keep the 2**20-element
-    tiles they were tuned with."""
+def tile_width_for(n, ni, backward, threads, outer=1):
+    """:func:`tile_width` for a call (``outer`` independent planes of ``n x
+    ni``): columns too long for a 1024-wide float32 tile to fit in L2 take
+    wider tiles.
+
+    **Backward, every CPU:** the widest tiles (up to
+    :data:`WIDE_BACKWARD` columns) that still give each thread two: its
+    two passes then read ``diff_dst``, ``dst`` and write ``diff_src`` in
+    long contiguous runs per row, which beats keeping a tile's
+    ``diff_dst`` in cache for the second pass. AMD EPYC (LLVM znver4, L2 1
+    MiB, L3 32 MiB), 2 threads, float32, interleaved in one process, same
+    bits (``python benchmarks/column_tiles.py 1000x65536 0 bwd --widths
+    1024,4096,16384`` and the like), medians in ms: 1000x65536 axis 0 57.2
+    / 57.9 at J = 1024, 47.5 / 51.5 at 4096, 43.5 at 16384 (quieter run:
+    8192 38.8, 16384 37.4, 32768 36.8); 500x131072 48.6 (1024), 38.9
+    (16384), 36.2 (32768), 40.7 (65536: one tile a thread); 4000x16384 91.0
+    (256, the earlier choice), 52.3 (1024), 43.4-51.3 (2048), 48.0 (4096);
+    16x1000x4096 axis 1 50.5 (1024), 33.2 (4096). Intel Xeon (LLVM
+    rocketlake, L2 2 MiB, L3 480 MiB): 1000x65536 62.5 at 1024, 52.1 at
+    2048, 46.5 at 4096 (wider not measured there yet). Columns of up to 256
+    rows (their tiles fit L2) keep :func:`tile_width`: NCHW 64x56x56 axis 1
+    12.0 ms at 800 against 12.0-12.7 at 1024-3136.
+
+    **Forward**, only where each thread has at least :data:`WIDE_TILE_L3`
+    of L3: up to 2048 columns and 2**21 elements. Intel Xeon, as above:
+    1000x65536 axis 0 58.0 / 51.6 / 64.0 ms at 1024 / 2048 / 4096;
+    4000x16384 65.1 (256) -> 52.6 (512); but 256x65536 11.4 ms at 1024
+    against 14.1 at 2048 (a later run: 11.5 / 12.7), and 64x64x56x56 axis
+    1 6.0 (1024) against 6.4-6.6 wider (later: 5.9 against 6.4), so short
+    columns keep 1024. On the AMD EPYC (32 MiB of L3 for 2 threads) wider
+    forward tiles lose: 1000x65536 54.2 ms at 1024, 70.8 at 2048, 74.1 at
+    4096; 4000x16384 55.3 (256), 52.7 (512), 56.0 (1024)."""
     l2, l3 = _cache_bytes()
-    if min(n, CHUNK) * 1024 * 4 > l2 and l3 // max(threads, 1) >= WIDE_TILE_L3:
-        if backward:
-            return tile_width(n, ni, 1 << 23, 4096)
+    if min(n, CHUNK) * 1024 * 4 <= l2:
+        return tile_width(n, ni)
+    if backward:
+        per_plane = -(-2 * max(threads, 1) // max(outer, 1))
+        widest = min(WIDE_BACKWARD, -(-(-(-ni // per_plane)) // W) * W)
+        return tile_width(n, ni, 1 << 62, max(1024, widest))
+    if l3 // max(threads, 1) >= WIDE_TILE_L3:
         return tile_width(n, ni, 1 << 21, 2048)
     return tile_width(n, ni)
+
+
+#: the widest backward column tile (:func:`tile_width_for`): its scratch is
+#: ``GRAD_LANES + 2`` float64 per column (8.9 MiB at 32768), a thread's own
+WIDE_BACKWARD = 32768
 
 
 @functools.cache
