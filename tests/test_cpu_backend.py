@@ -505,6 +505,8 @@ def test_column_tile_width_for_the_caches(monkeypatch):
     assert columns.tile_width_for(1000, 1000, True, 2) == 1008  # never narrower than tile_width
     monkeypatch.setattr(columns, "_cache_bytes", lambda: (0, 0))  # unknown caches
     assert columns.tile_width_for(1000, 65536, False, 2) == 1024
+    assert columns.tile_width_for(1000, 65536, True, 2) == 16384
+    assert columns.tile_width_for(64, 3136, True, 2, 64) == 800  # L2 taken as 1 MiB
 
 
 @pytest.mark.parametrize("ni", [100, 1000, 1040, 3136, 12544, 16384, 65536])

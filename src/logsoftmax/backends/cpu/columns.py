@@ -146,7 +146,7 @@ def tile_width_for(n, ni, backward, threads, outer=1):
     forward tiles lose: 1000x65536 54.2 ms at 1024, 70.8 at 2048, 74.1 at
     4096; 4000x16384 55.3 (256), 52.7 (512), 56.0 (1024)."""
     l2, l3 = _cache_bytes()
-    if min(n, CHUNK) * 1024 * 4 <= l2:
+    if min(n, CHUNK) * 1024 * 4 <= (l2 or 1 << 20):  # (an unknown L2 taken as 1 MiB)
         return tile_width(n, ni)
     if backward:
         per_plane = -(-2 * max(threads, 1) // max(outer, 1))
