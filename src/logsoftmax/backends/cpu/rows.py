@@ -527,23 +527,25 @@ def _write_span(xs, os, k, bstart, bend, n, op, accurate, m, lg, inv, final):
     r = 0 if k < bstart else 1  # the statistics of the row holding k
     row_end = bstart if r == 0 else bstart + n
     mr, br = m[r], _second_stat(lg, inv, r, op)
-    mr32, br32 = np.float32(mr), np.float32(br)
-    v = vload(xs, k)
     while True:
-        if k + W <= row_end:
-            y = forward_vec(v, mr, mr, br, br, mr32, br32, op, accurate)
-        else:  # this row's end and the next row's start
-            r += 1
-            m1, b1 = m[r], _second_stat(lg, inv, r, op)
-            y = _forward_vec_2rows(v, row_end - k, mr, br, m1, b1, op, accurate)
-            mr, br = m1, b1
-            mr32, br32 = np.float32(mr), np.float32(br)
-            row_end += n
-        kn = k + W
-        if kn < e:  # the next load before this store (stream_forward)
-            v = vload(xs, kn)
-        vstore_nt(os, k, y)
-        k = kn
+        # the row's whole vectors, in a loop of their own: against one loop
+        # asking at every vector whether the row ends there, in-process A/B
+        # (AMD EPYC, LLVM znver4, numpy out=, same bits) 8x16x384x384 axis 3
+        # 1.00-1.03x, 64x3x224x224 1.03-1.06x, 400000x100 1.02-1.04x
+        mr32, br32 = np.float32(mr), np.float32(br)
+        stop = min(e, k + (row_end - k) // W * W)
+        while k < stop:
+            vstore_nt(os, k, forward_vec(vload(xs, k), mr, mr, br, br, mr32, br32, op, accurate))
+            k += W
+        if k >= e:
+            break
+        # this row's end and the next row's start
+        r += 1
+        m1, b1 = m[r], _second_stat(lg, inv, r, op)
+        vstore_nt(os, k, _forward_vec_2rows(vload(xs, k), row_end - k, mr, br, m1, b1, op, accurate))
+        mr, br = m1, b1
+        row_end += n
+        k += W
         if k >= e:
             break
     if final:
