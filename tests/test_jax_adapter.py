@@ -51,6 +51,7 @@ CASES = [
     ((7,), 0),  # one short row
     ((5, 9), 1),  # short rows
     ((5, 9), 0),  # a non-last axis: the column kernels
+    ((300, 2100), 0),  # long columns: the backward's wide tiles, not the front door's width
     ((3, 4, 40), 1),  # outer and inner
     ((2, 5000), 1),  # long rows, two chunks
     ((1, 9), 0),  # a length-1 axis: every element is a row
