@@ -507,6 +507,9 @@ def test_column_tile_width_for_the_caches(monkeypatch):
     assert columns.tile_width_for(1000, 65536, False, 2) == 1024
     assert columns.tile_width_for(1000, 65536, True, 2) == 16384
     assert columns.tile_width_for(64, 3136, True, 2, 64) == 800  # L2 taken as 1 MiB
+    # the JAX handlers' call (one thread, caches unknown): the same rule
+    assert columns.column_tile_width(1000, 65536, True, 1, 1, 0, 0) == columns.WIDE_BACKWARD
+    assert columns.column_tile_width(256, 65536, True, 1, 1, 0, 0) == 1024
 
 
 @pytest.mark.parametrize("ni", [100, 1000, 1040, 3136, 12544, 16384, 65536])
@@ -522,7 +525,13 @@ def test_column_tiles_even(ni):
     if ni > 1024 and ni % 1024:
         assert -(-(ni + 31) // J) == tiles  # room for line_shift's move
         assert ni - (tiles - 1) * J >= J // 2  # no narrow last tile
+
+
+def test_column_tiles_even_nchw56():
+    from logsoftmax.backends.cpu import columns
+
     assert columns.tile_width(64, 3136) == 800  # NCHW 56x56: 4 x 800, not 3 x 1024 + 64
+    assert columns.tile_width(64, 12544) == 976  # 112x112: 13 x 976, not 12 x 1024 + 256
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=dtypes.name_of)

@@ -229,8 +229,7 @@ def _forward(xb, ob, outer, n, inner, op, accurate):
 def _backward(db, yb, ob, outer, n, inner, op, accurate):
     g = _geometry(outer, n, inner, 3)
     if g[3] > 1:
-        # (a 1024-wide float32 tile of over 256 rows outgrows a 1 MiB L2)
-        J = C.backward_tile_width(n, g[3], g[0], 1) if n > C.LANE_MAJOR_ROWS else C.tile_width(n, g[3])
+        J = C.column_tile_width(n, g[3], True, 1, g[0], 0, 0)  # (caches unknown here)
         C.backward_tiles(db, yb, ob, g, op, accurate, J, I0, -I1)
     elif n <= S.CHUNK:
         R.backward_short(db, yb, ob, g, op, accurate, I0, g[0])

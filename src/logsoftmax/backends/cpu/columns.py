@@ -62,7 +62,7 @@ from .segment import (
 __all__ = [
     "tile_width",
     "tile_width_for",
-    "backward_tile_width",
+    "column_tile_width",
     "staged_rows",
     "forward_tiles",
     "forward_parallel",
@@ -97,16 +97,23 @@ def tile_width(n, ni, budget=1 << 20, widest=1024):
     256) 1.02-1.14x forward, backward 0.97x (noise: A/A 0.90-1.04)."""
     rows = min(n, CHUNK)
     j = max(4 * W, min(widest, budget // rows // W * W))
-    j = min(j, -(-ni // W) * W)
+    j = min(j, _up(ni, W))
     if ni % j == 0:
         return j
     # k tiles of even width instead of k - 1 full ones and a narrow last
-    # one, with W columns of slack for line_shift's move (a < 64 bytes)
+    # one, with at least 2 W columns of slack: line_shift moves the tiles
+    # by under 64 bytes, fewer than 2 W columns of any dtype
     k = -(-ni // j)
-    even = -(-(-(-ni // k)) // W) * W
+    even = _up(-(-ni // k), W)
     if even * k < ni + 2 * W:
         even += W
     return min(even, j)
+
+
+@njit(inline="always")
+def _up(v, m):
+    """``v`` rounded up to a multiple of ``m``."""
+    return -(-v // m) * m
 
 
 #: a thread's share of the last-level cache from which long columns take
@@ -147,32 +154,32 @@ def tile_width_for(n, ni, backward, threads, outer=1):
     forward tiles lose: 1000x65536 54.2 ms at 1024, 70.8 at 2048, 74.1 at
     4096; 4000x16384 55.3 (256), 52.7 (512), 56.0 (1024)."""
     l2, l3 = _cache_bytes()
-    if min(n, CHUNK) * 1024 * 4 <= (l2 or 1 << 20):  # (an unknown L2 taken as 1 MiB)
-        return tile_width(n, ni)
-    if backward:
-        return backward_tile_width(n, ni, outer, threads)
-    if l3 // max(threads, 1) >= WIDE_TILE_L3:
-        return tile_width(n, ni, 1 << 21, 2048)
-    return tile_width(n, ni)
+    return column_tile_width(n, ni, backward, threads, outer, l2, l3)
 
 
 #: the widest backward column tile (:func:`tile_width_for`): its scratch is
-#: ``GRAD_LANES + 2`` float64 per column (8.9 MiB at 32768), a thread's own
+#: ``GRAD_LANES + 2`` float64 per column (8.5 MiB at 32768), a thread's own
 WIDE_BACKWARD = 32768
 
 
 @njit(cache=True)
-def backward_tile_width(n, ni, planes, threads):
-    """The backward's tile width for columns too long for a 1024-wide tile
-    to fit L2 (:func:`tile_width_for`): the widest, up to
-    :data:`WIDE_BACKWARD` columns, that gives each of ``threads`` two of
-    the ``planes x ni`` columns' tiles. Also the JAX handlers' (one thread:
-    1000x65536 axis 0, ``NUMBA_NUM_THREADS=1 python
-    benchmarks/column_tiles.py 1000x65536 0 bwd``, AMD EPYC, LLVM znver4:
-    74.7 ms at 1024 columns, 68.8 at 4096, 53.9 at 16384, 50.8 at 32768)."""
-    per_plane = -(-2 * max(threads, 1) // max(planes, 1))
-    widest = min(WIDE_BACKWARD, -(-(-(-ni // per_plane)) // W) * W)
-    return tile_width(n, ni, 1 << 62, max(1024, widest))
+def column_tile_width(n, ni, backward, threads, planes, l2, l3):
+    """:func:`tile_width_for`'s rule for ``planes`` planes of ``n x ni`` on
+    ``threads`` threads, given the caches' sizes in bytes (``l2 = 0``:
+    unknown, taken as 1 MiB). Compiled, so that the JAX handlers (one
+    thread) take it too: 1000x65536 axis 0 backward, ``NUMBA_NUM_THREADS=1
+    python benchmarks/column_tiles.py 1000x65536 0 bwd``, AMD EPYC, LLVM
+    znver4: 74.7 ms at 1024 columns, 68.8 at 4096, 53.9 at 16384, 50.8 at
+    32768."""
+    if min(n, CHUNK) * 1024 * 4 <= (l2 if l2 > 0 else 1 << 20):
+        return tile_width(n, ni)
+    if backward:  # the widest tiles that give each thread two
+        per_plane = -(-2 * max(threads, 1) // max(planes, 1))
+        widest = max(1024, min(WIDE_BACKWARD, _up(-(-ni // per_plane), W)))
+        return tile_width(n, ni, widest * min(n, CHUNK), widest)
+    if l3 // max(threads, 1) >= WIDE_TILE_L3:
+        return tile_width(n, ni, 1 << 21, 2048)
+    return tile_width(n, ni)
 
 
 @functools.cache

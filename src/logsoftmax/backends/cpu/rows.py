@@ -527,7 +527,7 @@ def _write_span(xs, os, k, bstart, bend, n, op, accurate, m, lg, inv, final):
     r = 0 if k < bstart else 1  # the statistics of the row holding k
     row_end = bstart if r == 0 else bstart + n
     mr, br = m[r], _second_stat(lg, inv, r, op)
-    while True:
+    while k < e:
         # the row's whole vectors, in a loop of their own: against one loop
         # asking at every vector whether the row ends there, in-process A/B
         # (AMD EPYC, LLVM znver4, numpy out=, same bits) 8x16x384x384 axis 3
@@ -537,17 +537,13 @@ def _write_span(xs, os, k, bstart, bend, n, op, accurate, m, lg, inv, final):
         while k < stop:
             vstore_nt(os, k, forward_vec(vload(xs, k), mr, mr, br, br, mr32, br32, op, accurate))
             k += W
-        if k >= e:
-            break
-        # this row's end and the next row's start
-        r += 1
-        m1, b1 = m[r], _second_stat(lg, inv, r, op)
-        vstore_nt(os, k, _forward_vec_2rows(vload(xs, k), row_end - k, mr, br, m1, b1, op, accurate))
-        mr, br = m1, b1
-        row_end += n
-        k += W
-        if k >= e:
-            break
+        if k < e:  # this row's end and the next row's start
+            r += 1
+            m1, b1 = m[r], _second_stat(lg, inv, r, op)
+            vstore_nt(os, k, _forward_vec_2rows(vload(xs, k), row_end - k, mr, br, m1, b1, op, accurate))
+            mr, br = m1, b1
+            row_end += n
+            k += W
     if final:
         r = (bend - bstart) // n
         write_forward(xs, os, e, bend - e, op, accurate, m[r], lg[r], inv[r])
