@@ -19,6 +19,25 @@ The measurements behind the lane-major sums of staged accurate tiles
     python benchmarks/column_passes.py 1000x65536 --threads 1
     python benchmarks/column_passes.py 4000x16384 --threads 1
 
+``--bounds`` adds what bounds each pass, on the same bytes and threads:
+
+* ``read bound``: the tiles read as the stage pass reads them (rows asked
+  for ahead into L2), with their max, but stored nowhere;
+* ``sums arithmetic``: the accurate lane-major sums of as many elements,
+  from a tile of 64 columns that stays in L2 (the arithmetic alone);
+* ``write bound``: streaming stores of the whole output in tile order, no
+  arithmetic (``out`` must start on a 64-byte line);
+
+and their total against the issue's 50%-of-a-copy budget (twice the copy's
+time). The passes run one after another in each thread; the sum of their
+bounds is the kernel's floor unless passes overlap. On the AMD EPYC (LLVM
+znver4) overlapping them lost every time it was tried (scratch drivers,
+2 threads, 1000x65536): two stages used in turn, 34.8 -> 46.7 ms for
+stage + sums; the next tile's stage copied between the lanes of this
+one's sums, 25.1 -> 39.7-41.8 ms (512 columns: 29.9 -> 28.0-35.3); the
+last tile's write pass between them, 37.3 -> 55.1-63.6 ms (512 columns:
+50.5 -> 41.4-47.5).
+
 The reduction runs over axis 0 of a 2-d float32 array; its rows must be a
 multiple of 4 KiB apart (the staged case). Prints one table (ms, medians).
 """
@@ -38,6 +57,7 @@ from logsoftmax.backends import Op
 from logsoftmax.backends.cpu import columns as C
 from logsoftmax.backends.cpu import segment
 from logsoftmax.backends.cpu.layout import layout
+from logsoftmax.backends.cpu._vec import prefetch_l2, sfence, splat, vstore_nt
 from logsoftmax.backends.cpu.segment import LANES32, LANES64, W
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -70,6 +90,70 @@ def _passes(xb, ob, g, accurate, J, t0, t1, sums):
     return sc[0]
 
 
+@njit(nogil=True, error_model="numpy")
+def _read_bound(xb, ob, g, J, t0, t1):
+    """The stage pass's reads of tiles ``[t0, t1)``, their max only."""
+    ni = g[3]
+    a = C.line_shift(ob, g, 1, J)
+    ntile = C.tiles_per_outer(ni, J, a)
+    mc = np.empty(J + W, np.float32)
+    for t in range(t0, t1):
+        o, j0, jn = C._tile_cols(t, ntile, J, ni, a)
+        base, sn, _si = C._tile_geom(g, 0, o, j0)
+        for k in range(g[2]):
+            for j in range(0, jn, W):
+                prefetch_l2(xb, base + (k + C._STAGE_AHEAD) * sn + j)
+            C._max_row(xb, base, sn, k, jn, mc)
+    return mc[0]
+
+
+@njit(nogil=True, error_model="numpy")
+def _sums_bound(n, elements):
+    """The accurate lane-major sums of ``elements`` values of columns of
+    ``n``, from one 64-column tile in L2 taken again and again."""
+    J = 64
+    x = np.empty(n * J, np.float32)
+    for i in range(n * J):
+        x[i] = np.float32((i * 7919) % 1000) * np.float32(-0.003)
+    mc = np.zeros(J, np.float32)
+    sc = np.empty(J)
+    acc64 = np.empty(LANES64 * J)
+    acc32 = np.empty(LANES32 * J, np.float32)
+    total = 0.0
+    for _ in range(max(1, elements // (n * J))):
+        C._tile_sums_lane_major(x, 0, J, n, J, True, acc32, acc64, mc, sc)
+        total += sc[0]
+    return total
+
+
+@njit(nogil=True, error_model="numpy")
+def _write_bound(ob, g, J, t0, t1):
+    """Streaming stores of tiles ``[t0, t1)`` of the output, rows in turn."""
+    ni = g[3]
+    a = C.line_shift(ob, g, 1, J)
+    ntile = C.tiles_per_outer(ni, J, a)
+    y = splat(np.float32(-1.0))
+    for t in range(t0, t1):
+        o, j0, jn = C._tile_cols(t, ntile, J, ni, a)
+        base, sn, _si = C._tile_geom(g, 1, o, j0)
+        for k in range(g[2]):
+            for j in range(0, jn, W):
+                vstore_nt(ob, base + k * sn + j, y)
+    sfence()
+
+
+@njit(nogil=True, parallel=True, error_model="numpy")
+def _bound_parallel(xb, ob, g, J, ntask, which):
+    tiles = g[0] * g[1] * C.tiles_per_outer(g[3], J, C.line_shift(ob, g, 1, J))
+    for t in prange(ntask):
+        if which == 0:
+            _read_bound(xb, ob, g, J, t * tiles // ntask, (t + 1) * tiles // ntask)
+        elif which == 1:
+            _sums_bound(g[2], g[2] * g[3] // ntask)
+        else:
+            _write_bound(ob, g, J, t * tiles // ntask, (t + 1) * tiles // ntask)
+
+
 @njit(nogil=True, parallel=True, error_model="numpy")
 def _passes_parallel(xb, ob, g, accurate, J, ntask, sums):
     tiles = g[0] * g[1] * C.tiles_per_outer(g[3], J, C.line_shift(ob, g, 1, J))
@@ -89,6 +173,7 @@ def main(argv=None) -> None:
     ap.add_argument("shape", help="rows x columns, e.g. 1000x65536 (reduced over the rows)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--bounds", action="store_true", help="also time each pass's bound (see above)")
     args = ap.parse_args(argv)
     shape = tuple(int(v) for v in args.shape.split("x"))
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
@@ -109,12 +194,24 @@ def main(argv=None) -> None:
         "+ sums lane-major": lambda: _passes_parallel(xb, ob, lay.g, accurate, J, threads, 2),
         "whole forward": lambda: C.forward_parallel(xb, ob, lay.g, int(Op.LOG_SOFTMAX), accurate, J, threads),
     }
+    bounds = ("read bound", "sums arithmetic", "write bound")
+    if args.bounds:
+        if ob.ctypes.data % 64 or (ni * 4) % 64 or J % W:
+            raise SystemExit("--bounds needs rows of whole 64-byte lines")
+        for which, name in enumerate(bounds):
+            fns[name] = (lambda w=which: _bound_parallel(xb, ob, lay.g, J, threads, w))
     sec = median_seconds(fns, args.rounds)  # a warm-up call each, interleaved rounds
     print(f"CPU: {cpu_info()['model']}; {threads} thread(s); {args.shape} axis 0 float32; "
           f"{J} columns a tile; accurate path: {bool(accurate)}; medians of {args.rounds}")
     print("| pass | ms |\n|---|---:|")
     for k, v in sec.items():
         print(f"| {k} | {v * 1e3:.2f} |")
+    if args.bounds:
+        floor = sum(sec[k] for k in bounds)
+        budget = 2 * sec["copy of the same bytes"]
+        print(f"\nsum of the bounds {floor * 1e3:.2f} ms = {floor / budget:.2f}x the 50%-of-copy budget "
+              f"({budget * 1e3:.2f} ms); the whole forward at {sec['copy of the same bytes'] / sec['whole forward']:.0%} "
+              f"of the copy's bandwidth")
 
 
 if __name__ == "__main__":
