@@ -33,6 +33,7 @@ from logsoftmax.backends.cpu._vec import W, prefetch, prefetch_l2, vload, vstore
 from logsoftmax.backends.cpu.segment import vmax_x86
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from column_passes import _copy  # noqa: E402
 from common import cpu_info, median_seconds  # noqa: E402
 
 LEVELS = {0: "none", 1: "prefetcht0", 2: "prefetcht1"}
@@ -79,13 +80,6 @@ def _linear(xb, threads):
     for th in prange(threads):
         mc = np.zeros(W, np.float32)
         _linear_read(xb, th * n // threads, (th + 1) * n // threads, mc)
-
-
-@njit(nogil=True, parallel=True)
-def _copy(src, dst, threads):
-    n = src.size
-    for t in prange(threads):
-        dst[t * n // threads : (t + 1) * n // threads] = src[t * n // threads : (t + 1) * n // threads]
 
 
 def main(argv=None) -> None:
