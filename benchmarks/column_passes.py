@@ -31,8 +31,9 @@ The measurements behind the lane-major sums of staged accurate tiles
 and their total against the issue's 50%-of-a-copy budget (twice the copy's
 time). The passes run one after another in each thread; the sum of their
 bounds is the kernel's floor unless passes overlap. On the AMD EPYC (LLVM
-znver4) overlapping them lost every time it was tried (scratch drivers,
-2 threads, 1000x65536): two stages used in turn, 34.8 -> 46.7 ms for
+znver4) every overlap tried lost to the kernel's 1024 columns and one
+stage (scratch drivers, 2 threads, 1000x65536; docs/performance.md, the
+fifth Zen 4 session): two stages used in turn, 34.8 -> 46.7 ms for
 stage + sums; the next tile's stage copied between the lanes of this
 one's sums, 25.1 -> 39.7-41.8 ms (512 columns: 29.9 -> 28.0-35.3); the
 last tile's write pass between them, 37.3 -> 55.1-63.6 ms (512 columns:
