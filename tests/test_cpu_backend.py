@@ -1282,6 +1282,41 @@ def test_fault_in_maps_every_page_and_keeps_the_data():
     buf.close()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore: Linux")
+def test_fault_in_touch_maps_every_page_of_a_fresh_result_and_no_byte_outside():
+    """A fresh result's pages are faulted in by a store per page
+    (``rows.touch_pages``, through ``alloc.fault_in``'s ``touch``): every
+    page the array spans is mapped, even when it starts and ends inside a
+    page, and no byte outside it is written. The pool maps private memory."""
+    import ctypes
+    import mmap
+
+    from logsoftmax.backends.cpu import alloc, rows
+
+    page, pages = mmap.PAGESIZE, 64
+    buf = mmap.mmap(-1, pages * page, **alloc._PRIVATE)
+    whole = np.frombuffer(buf, np.uint8)
+
+    def resident():
+        vec = ctypes.create_string_buffer(pages)
+        assert ctypes.CDLL(None).mincore(ctypes.c_void_p(whole.ctypes.data), ctypes.c_size_t(pages * page), vec) == 0
+        return [b & 1 for b in vec.raw]
+
+    assert sum(resident()) == 0
+    inner = whole[page + 100 : 40 * page + 5].view()  # pages 1..40, partly
+    alloc.fault_in(inner, 3, rows.touch_pages)
+    mapped = resident()
+    assert all(mapped[1:41]) and not any(mapped[41:])
+    assert whole.sum() == 0  # the stores wrote zeros, inside `inner` only
+    whole[page + 99] = 5
+    whole[40 * page + 5] = 6
+    alloc.fault_in(inner, 3, rows.touch_pages)  # resident: left alone
+    assert whole[page + 99] == 5 and whole[40 * page + 5] == 6
+    del whole, inner
+    buf.close()
+    assert alloc._PRIVATE["flags"] & mmap.MAP_PRIVATE
+
+
 def test_backend_call_declines_an_out_or_dst_of_another_shape_or_dtype():
     """The front door's fast path leaves the shape and dtype checks of
     ``out`` (and of the backward's ``dst``) to the backend's call, which

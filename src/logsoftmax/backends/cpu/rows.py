@@ -107,6 +107,19 @@ def _row_head(os, n, stream):
     return head
 
 
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+def touch_pages(pages, ntask):
+    """A zero stored every 4 KiB into the ``uint8`` array ``pages`` and into
+    its last byte (every page it spans), ``ntask`` slices in parallel: a
+    fresh result's page faults, shared by the threads
+    (:func:`.alloc.fault_in`)."""
+    n = (pages.size + 4095) // 4096
+    for t in prange(ntask):
+        for i in range(t * n // ntask, (t + 1) * n // ntask):
+            pages[i * 4096] = 0
+    pages[pages.size - 1] = 0
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def gather(buf, off, n, step, dst):
     """``dst[:n] = buf[off + k * step]`` (any step, 0 = broadcast)."""
