@@ -8,10 +8,11 @@ allocation of a process stall for 0.7-1.4 s in memory compaction where THP
 defrag is ``madvise`` (issue 10). So results of :data:`POOL_MIN` bytes and
 more come from a pool of anonymous memory maps:
 
-* a buffer is mapped with ordinary 4 KiB pages (no huge-page advice, hence
-  no compaction stall); its page faults are shared by the threads: by the
-  kernel's own parallel pass 2, or, for outputs the kernels write by
-  streaming stores, by :func:`fault_in` just before;
+* a buffer is a private anonymous map of ordinary 4 KiB pages (no
+  huge-page advice, hence no compaction stall; :data:`_PRIVATE`); its page
+  faults are shared by the threads: by the kernel's own parallel pass 2,
+  or, for outputs the kernels write by streaming stores, by
+  :func:`fault_in` just before (a store per page of a fresh result);
 * when the last array viewing a buffer is garbage collected, the buffer
   goes back to the pool (a ``weakref.finalize`` on the buffer's owner, which
   every view keeps alive) instead of being unmapped, and the next result of
