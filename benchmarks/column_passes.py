@@ -103,7 +103,7 @@ def _read_bound(xb, ob, g, J, t0, t1):
         base, sn, _si = C._tile_geom(g, 0, o, j0)
         for k in range(g[2]):
             for j in range(0, jn, W):
-                prefetch_l2(xb, base + (k + C._STAGE_AHEAD) * sn + j)
+                prefetch_l2(xb, base + (k + C._WIDE_AHEAD) * sn + j)
             C._max_row(xb, base, sn, k, jn, mc)
     return mc[0]
 

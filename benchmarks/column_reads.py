@@ -13,7 +13,7 @@ one process:
 * the same with each row also copied into a dense stage (the staged
   forward's first pass, :func:`logsoftmax.backends.cpu.columns._stage_rows`).
 
-The measurement behind ``columns._STAGE_AHEAD``::
+The measurement behind ``columns._WIDE_AHEAD``::
 
     python benchmarks/column_reads.py 1000x65536
 

@@ -1253,12 +1253,21 @@ def test_avx2_build_gives_the_same_bits(tmp_path):
     assert native == avx2
 
 
+def _resident(addr, pages):
+    """Which of the ``pages`` 4 KiB pages from ``addr`` (page-aligned) are
+    mapped (Linux ``mincore``)."""
+    import ctypes
+
+    vec = ctypes.create_string_buffer(pages)
+    assert ctypes.CDLL(None).mincore(ctypes.c_void_p(addr), ctypes.c_size_t(pages * 4096), vec) == 0
+    return [b & 1 for b in vec.raw]
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore/madvise: Linux")
 def test_fault_in_maps_every_page_and_keeps_the_data():
     """``alloc.fault_in`` (run before a big output is streamed into) maps a
     fresh buffer's pages in parallel slices and changes no byte; a buffer
     whose first page is mapped is left alone."""
-    import ctypes
     import mmap
 
     from logsoftmax.backends.cpu import alloc
@@ -1269,10 +1278,7 @@ def test_fault_in_maps_every_page_and_keeps_the_data():
     a[5 * page + 3] = 7  # one page touched (not the first)
 
     def resident():
-        vec = ctypes.create_string_buffer(pages)
-        addr = a.ctypes.data
-        assert ctypes.CDLL(None).mincore(ctypes.c_void_p(addr), ctypes.c_size_t(pages * page), vec) == 0
-        return [b & 1 for b in vec.raw]
+        return _resident(a.ctypes.data, pages)
 
     assert sum(resident()) < pages
     alloc.fault_in(a[1:], 3)  # any start within the first page
@@ -1282,39 +1288,54 @@ def test_fault_in_maps_every_page_and_keeps_the_data():
     buf.close()
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore: Linux")
-def test_fault_in_touch_maps_every_page_of_a_fresh_result_and_no_byte_outside():
-    """A fresh result's pages are faulted in by a store per page
-    (``rows.touch_pages``, through ``alloc.fault_in``'s ``touch``): every
-    page the array spans is mapped, even when it starts and ends inside a
-    page, and no byte outside it is written. The pool maps private memory."""
-    import ctypes
-    import mmap
+def test_touch_pages_stores_into_every_page_and_nowhere_else():
+    """``rows.touch_pages`` (a fresh result's page faults) stores a zero
+    every 4 KiB of its array and into its last byte, so every page the
+    array spans is written even when it starts and ends inside one, and no
+    byte around it; an empty array is left alone."""
+    from logsoftmax.backends.cpu import rows
 
+    page = 4096
+    whole = np.full(64 * page, 7, np.uint8)
+    inner = whole[page + 100 : 40 * page + 5]
+    rows.touch_pages(inner, 3)
+    zeros = np.flatnonzero(whole == 0)
+    expect = list(range(page + 100, 40 * page + 5, page)) + [40 * page + 4]
+    assert zeros.tolist() == expect
+    assert {(int(i) // page) for i in zeros} == set(range(1, 41))  # pages 1..40, each
+    rows.touch_pages(whole[5:5], 2)
+    assert np.count_nonzero(whole == 0) == len(expect)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore, /proc: Linux")
+def test_fault_in_touch_maps_a_fresh_pool_result_which_is_private_memory():
+    """A big fresh result comes from the pool's *private* anonymous maps
+    (a shared one's page faults cost more), and ``alloc.fault_in`` with
+    ``touch`` maps all its pages; with its first page mapped it is left
+    alone."""
     from logsoftmax.backends.cpu import alloc, rows
 
-    page, pages = mmap.PAGESIZE, 64
-    buf = mmap.mmap(-1, pages * page, **alloc._PRIVATE)
-    whole = np.frombuffer(buf, np.uint8)
+    alloc.clear_pool()
+    a = alloc.empty_like(np.empty(alloc.POOL_MIN // 4 + 1000, F32), F32)
+    addr, nbytes = a.ctypes.data, a.nbytes
+    page = 4096
+    pages = -(-nbytes // page)
 
     def resident():
-        vec = ctypes.create_string_buffer(pages)
-        assert ctypes.CDLL(None).mincore(ctypes.c_void_p(whole.ctypes.data), ctypes.c_size_t(pages * page), vec) == 0
-        return [b & 1 for b in vec.raw]
+        return _resident(addr, pages)
 
     assert sum(resident()) == 0
-    inner = whole[page + 100 : 40 * page + 5].view()  # pages 1..40, partly
-    alloc.fault_in(inner, 3, rows.touch_pages)
-    mapped = resident()
-    assert all(mapped[1:41]) and not any(mapped[41:])
-    assert whole.sum() == 0  # the stores wrote zeros, inside `inner` only
-    whole[page + 99] = 5
-    whole[40 * page + 5] = 6
-    alloc.fault_in(inner, 3, rows.touch_pages)  # resident: left alone
-    assert whole[page + 99] == 5 and whole[40 * page + 5] == 6
-    del whole, inner
-    buf.close()
-    assert alloc._PRIVATE["flags"] & mmap.MAP_PRIVATE
+    maps = [ln.split() for ln in open("/proc/self/maps")]
+    (perms,) = [m[1] for m in maps if int(m[0].split("-")[0], 16) <= addr < int(m[0].split("-")[1], 16)]
+    assert perms == "rw-p"  # private, not shared
+    alloc.fault_in(a, 2, rows.touch_pages)
+    assert all(resident())
+    a[0] = 5.0
+    a[-1] = 6.0
+    alloc.fault_in(a, 2, rows.touch_pages)  # first page mapped: left alone
+    assert a[0] == 5.0 and a[-1] == 6.0
+    del a
+    alloc.clear_pool()
 
 
 def test_backend_call_declines_an_out_or_dst_of_another_shape_or_dtype():

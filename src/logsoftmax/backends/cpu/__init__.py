@@ -165,7 +165,7 @@ def _runner(lay, kernel, dtype):
         res = alloc.empty_like(inputs[0], dtype) if out is None else out
         # big outputs are streamed (a constant of alloc: _k() costs ~1 us a call)
         if res.nbytes >= alloc.STREAM_BYTES:
-            # a fresh result's pages by a store each, out='s kept (alloc.fault_in)
+            # a fresh result's pages by a store each; an out='s keep its data
             alloc.fault_in(res, _threads(), None if out is not None else _k()[0].touch_pages)
         bufs = lay.buffers([*inputs, res])
         for g in lay.geometries():

@@ -60,8 +60,8 @@ _GRAIN = 2 << 20
 #: (shmem-backed), whose page faults cost more. A fresh process, 500 MiB
 #: (4096x32000 float32), 2 threads (AMD EPYC, LLVM znver4): faulted in by a
 #: store per page, 147-156 ms private against 210-239 shared; by
-#: ``MADV_POPULATE_WRITE``, 198-221 against 197-227; PyTorch's ``empty`` +
-#: ``fill_`` 112-155 ms.
+#: ``MADV_POPULATE_WRITE``, 198-221 against 174-227 (2-9 fresh processes
+#: each); PyTorch's ``empty`` + ``fill_`` 112-155 ms.
 _PRIVATE = (
     {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_PRIVATE") else {}
 )
@@ -203,7 +203,7 @@ def fault_in(a: np.ndarray, threads: int, touch=None) -> None:
     ``touch(pages, threads)``, given for a fresh compact result only (its
     contents are not kept), faults them in instead by a store per page into
     ``pages``, ``a``'s own bytes as ``uint8`` (``threads`` in parallel): a fresh 500 MiB
-    result 147-156 ms, against 198-227 by ``MADV_POPULATE_WRITE`` (numbers
+    result 147-156 ms, against 198-221 by ``MADV_POPULATE_WRITE`` (numbers
     at :data:`_PRIVATE`).
 
     The kernels write big outputs by streaming stores, which are slow into a

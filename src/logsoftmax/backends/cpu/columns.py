@@ -231,7 +231,7 @@ _AHEAD_COLS = 256
 #: 1000x65536 1.11x; the max pass of wider tiles: 8x16x384x384 axis 2
 #: float16 1.03-1.08x, 64x64x56x56 axis 1 0.91-1.03x (noise: A/A
 #: 0.90-1.04).
-_STAGE_AHEAD = 16
+_WIDE_AHEAD = 16
 #: streamed forward tiles of at most this many bytes ask for the next tile's
 #: rows (``prefetcht1``, a row per written row) during their write pass:
 #: the max pass of a tile reads memory and the sums and writes compute from
@@ -364,11 +364,11 @@ def _stage_rows(xb, p, sn, cl, jn, stage, J, mc):
     """``cl`` rows of a tile (``jn`` unit-stride columns from ``xb[p]``, row
     step ``sn``) into the dense stage, ``J`` apart (:func:`staged_rows`),
     taking the per-column max ``mc`` on the way (:func:`_tile_max`'s, row
-    by row); the rows :data:`_STAGE_AHEAD` on are asked for as it goes."""
+    by row); the rows :data:`_WIDE_AHEAD` on are asked for as it goes."""
     for k in range(cl):
         q = p + k * sn
         for j in range(0, jn, W):
-            prefetch_l2(xb, q + _STAGE_AHEAD * sn + j)
+            prefetch_l2(xb, q + _WIDE_AHEAD * sn + j)
             x = vload_n(xb, q + j, jn - j, _NINF)
             vstore_n(stage, k * J + j, x, jn - j)
             vstore(mc, j, x if k == 0 else vmax_x86(vload(mc, j), x))
@@ -400,14 +400,14 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
 def _tile_max(xb, p, sn, cl, jn, mc):
     """Per-column max ``mc`` of ``cl`` rows from ``xb[p]``, row by row (the
     tile streams through memory; the rows ahead asked for: :data:`_AHEAD`,
-    :data:`_STAGE_AHEAD`)."""
+    :data:`_WIDE_AHEAD`)."""
     for k in range(cl):
-        if k > 0 and jn <= _AHEAD_COLS:
+        if jn > _AHEAD_COLS:
+            for j in range(0, jn, W):
+                prefetch_l2(xb, p + (k + _WIDE_AHEAD) * sn + j)
+        elif k > 0:
             for j in range(0, jn, W):
                 prefetch(xb, p + (k + _AHEAD) * sn + j)
-        elif jn > _AHEAD_COLS:
-            for j in range(0, jn, W):
-                prefetch_l2(xb, p + (k + _STAGE_AHEAD) * sn + j)
         _max_row(xb, p, sn, k, jn, mc)
 
 

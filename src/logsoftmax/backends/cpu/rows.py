@@ -117,7 +117,8 @@ def touch_pages(pages, ntask):
     for t in prange(ntask):
         for i in range(t * n // ntask, (t + 1) * n // ntask):
             pages[i * 4096] = 0
-    pages[pages.size - 1] = 0
+    if n > 0:
+        pages[pages.size - 1] = 0
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
