@@ -11,7 +11,7 @@ interleaved rounds:
   and backward (log_softmax), float32 and bfloat16;
 * ``--kernels``: the two kernels on the same rows, each through its
   parallel form; the row kernel is compiled here with the tiny kernels'
-  thresholds at 0 (``tiny.FORWARD_MAX*``, ``BACKWARD_MAX``), so it runs
+  thresholds at 0 (``tiny.FORWARD_MAX*``, ``*BACKWARD_MAX*``), so it runs
   its own row-per-vector loop at every n. The thresholds in ``tiny.py``
   come from this table.
 
@@ -81,7 +81,8 @@ def vs_torch(ns, repeat) -> None:
 
 
 def kernels(ns, repeat) -> None:
-    for k in ("FORWARD_MAX", "FORWARD_MAX_ACCURATE", "BACKWARD_MAX"):
+    for k in ("FORWARD_MAX", "FORWARD_MAX_ACCURATE", "BACKWARD_MAX", "AMD_BACKWARD_MAX",
+              "AMD_BACKWARD_MAX_ACCURATE"):
         setattr(tiny, k, 0)  # read when the fresh copies below compile
     fwd_rows = njit(nogil=True, error_model="numpy")(rows.forward_short.py_func)
     bwd_rows = njit(nogil=True, error_model="numpy")(rows.backward_short.py_func)

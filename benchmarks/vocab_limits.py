@@ -311,7 +311,7 @@ def sixteen_bit(repeat: int) -> None:
 @njit
 def _kernel_loop(xb, ob, g, reps):
     for _ in range(reps):
-        forward_range(xb, ob, g, Op.LOG_SOFTMAX, False, 0, g[0])
+        forward_range(xb, ob, g, int(Op.LOG_SOFTMAX), False, 0, g[0])
 
 
 def kernel_ns(dt, rows: int, n: int, repeat: int) -> float:

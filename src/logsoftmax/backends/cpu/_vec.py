@@ -58,6 +58,7 @@ __all__ = [
     "prefetch_l2",
     "prefetch_ahead",
     "ahead_to_l2",
+    "on_amd",
     "splat",
     "vfma",
     "vmax",
@@ -602,8 +603,13 @@ def _ahead_locality(context):
     streaming stores also use, until its line arrives; a ``prefetcht1``
     goes to L2, which keeps many more misses in flight. The Zen 4 kernels
     were tuned with ``prefetcht0`` and keep it."""
+    return 3 if _is_amd(context) else 2
+
+
+def _is_amd(context):
+    """Whether numba compiles for an AMD core (its target CPU name)."""
     cpu = context.codegen().magic_tuple()[1]
-    return 3 if cpu.startswith(("znver", "bdver", "btver", "amdfam")) else 2
+    return cpu.startswith(("znver", "bdver", "btver", "amdfam"))
 
 
 #: :func:`prefetch` of the next chunk while the kernels compute on this one
@@ -619,6 +625,18 @@ def ahead_to_l2(typingctx):
 
     def codegen(context, builder, sig, args):
         return ir.Constant(ir.IntType(1), int(_ahead_locality(context) == 2))
+
+    return types.boolean(), codegen
+
+
+@intrinsic
+def on_amd(typingctx):
+    """Whether the code is compiled for an AMD core (a constant of the
+    compile, as :func:`ahead_to_l2`): for kernel choices measured to differ
+    between CPU families."""
+
+    def codegen(context, builder, sig, args):
+        return ir.Constant(ir.IntType(1), int(_is_amd(context)))
 
     return types.boolean(), codegen
 

@@ -559,7 +559,7 @@ def _grad_sum_rest(ds, ys, k, end, op, a0, a1, a2, a3):
 @njit(forceinline=True, error_model="numpy")
 def grad_sum_vectors(ds, ys, n, op, nv):
     """:func:`chunk_grad_sum` of a row of ``n`` elements from 0, ``(nv - 1) W
-    < n < nv W`` for a constant ``nv``: the same lanes and tree, in a
+    < n <= nv W`` for a constant ``nv``: the same lanes and tree, in a
     shape fixed by ``nv`` (whole steps, then the masked tail), so that a
     copy of a batch loop compiled for ``nv`` has no loop left per row."""
     wide_vectors()

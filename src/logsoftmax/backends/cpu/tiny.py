@@ -59,6 +59,7 @@ from ._vec import (
     hi_f64,
     join_f32,
     lo_f64,
+    on_amd,
     prefetch,
     prefetch_w,
     reduce_add,
@@ -82,7 +83,16 @@ from .segment import (
     write_forward,
 )
 
-__all__ = ["FORWARD_MAX", "FORWARD_MAX_ACCURATE", "BACKWARD_MAX", "forward_tiny", "backward_tiny"]
+__all__ = [
+    "FORWARD_MAX",
+    "FORWARD_MAX_ACCURATE",
+    "BACKWARD_MAX",
+    "AMD_BACKWARD_MAX",
+    "AMD_BACKWARD_MAX_ACCURATE",
+    "backward_max",
+    "forward_tiny",
+    "backward_tiny",
+]
 
 #: the longest rows that take :func:`forward_tiny` (float32 results, float64
 #: terms; 16-bit results, float32 terms) and :func:`backward_tiny`; longer
@@ -96,6 +106,17 @@ __all__ = ["FORWARD_MAX", "FORWARD_MAX_ACCURATE", "BACKWARD_MAX", "forward_tiny"
 FORWARD_MAX_ACCURATE = 24
 FORWARD_MAX = 2 * W
 BACKWARD_MAX = 12
+#: ... and on AMD cores (:func:`backward_max`), where the backward's gathers
+#: and transposes lose to the row kernel's loop (a sum, then the writes, a
+#: row at a time) from rows of 4 on its accurate path: same table, AMD EPYC
+#: (LLVM znver4), backward tiny / row kernel: float32 n = 2 28.7 / 42.7, 3
+#: 24.3 / 28.8, 4 21.4 / 21.1, 6 21.6 / 14.5, 8 13.0 / 9.9, 12 11.5 / 6.6,
+#: 16 10.6 / 5.0; bfloat16 (fast path) 12 8.8 / 12.3, 16 6.7 / 7.7, 20 8.3 /
+#: 8.9, 24 7.4 / 7.2, 32 6.6 / 4.5 (20 is inside the noise: an A/B of the
+#: two read 0.94x). Its forward thresholds stand (float32 24 9.2 / 9.8, 32
+#: 9.4 / 6.9)
+AMD_BACKWARD_MAX_ACCURATE = 3
+AMD_BACKWARD_MAX = 16
 #: element rows of a transposed block (and elements of a row in the run of
 #: the register-transposed path): the kernels take rows of up to 32
 _K = 2 * W
@@ -467,10 +488,19 @@ def _backward_batch(dt, yt, gt, n, op, accurate, acc64):
             vstore(gt, k * W, backward_vec(d, y, op, ns32, s32))
 
 
+@njit(forceinline=True, error_model="numpy")
+def backward_max(accurate):
+    """The longest rows that :func:`.rows.backward_short` hands to
+    :func:`backward_tiny` on the CPU being compiled for."""
+    if on_amd():
+        return AMD_BACKWARD_MAX_ACCURATE if accurate else AMD_BACKWARD_MAX
+    return BACKWARD_MAX
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def backward_tiny(db, yb, ob, g, op, accurate, r0, r1):
     """:func:`.rows.backward_short` for rows of up to 32 elements (it takes
-    this for rows up to :data:`BACKWARD_MAX`): as :func:`forward_tiny`
+    this for rows up to :func:`backward_max`): as :func:`forward_tiny`
     (``ob`` may be ``db`` or ``yb``: in place)."""
     wide_vectors()
     n = g[2]
