@@ -627,6 +627,27 @@ def _special_rows(x):
     return x
 
 
+def test_tiny_backward_threshold_follows_the_cpu_family():
+    """``rows.backward_short`` hands rows to the tiny backward up to
+    ``tiny.backward_max``, a constant of the compile: on AMD cores 3 on
+    the accurate path and 16 on the fast one (measured there, tiny.py),
+    elsewhere ``BACKWARD_MAX`` for both."""
+    from numba import njit
+    from numba.core.registry import cpu_target
+
+    from logsoftmax.backends.cpu import tiny
+
+    @njit
+    def limits():
+        return tiny.backward_max(True), tiny.backward_max(False)
+
+    cpu = cpu_target.target_context.codegen().magic_tuple()[1]
+    if cpu.startswith(("znver", "bdver", "btver", "amdfam")):
+        assert limits() == (tiny.AMD_BACKWARD_MAX_ACCURATE, tiny.AMD_BACKWARD_MAX) == (3, 16)
+    else:
+        assert limits() == (tiny.BACKWARD_MAX, tiny.BACKWARD_MAX)
+
+
 @pytest.mark.parametrize(
     "dtype, out_dtype, accurate",
     [(F32, F32, True), (F32, F32, False), (BF16, BF16, False), (F16, F16, False),

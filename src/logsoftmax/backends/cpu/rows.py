@@ -430,7 +430,7 @@ def backward_parallel(db, yb, ob, g, op, accurate, ntask):
         backward_range(db, yb, ob, g, op, accurate, t * rows // ntask, (t + 1) * rows // ntask)
 
 
-#: rows per batch of the short-row kernels
+#: rows per batch of the short-row forward
 BATCH = 16
 #: ... and of the forward's for rows of up to :data:`SHORT_BATCH_N` elements:
 #: more rows a batch give its vector of logs and its phases more to overlap.
@@ -681,7 +681,7 @@ def backward_short(db, yb, ob, g, op, accurate, r0, r1):
         _backward_pipelined(db, yb, ob, g, op, r0, r1, streams(ob, g))
         return
     # float32 log_softmax rows of one or two whole vectors (the accurate
-    # path: rows of up to SHORT_BACKWARD) get copies of the batch loop
+    # path: rows of up to SHORT_BACKWARD) get copies of the row loop
     # compiled for n, the op and the path as constants, as forward_short's
     # for the forward. In-process A/B (AMD EPYC, LLVM znver4, 2 threads,
     # numpy out=, same bits): 524288x16 1.38-1.53x, 262144x32 1.29-1.50x;

@@ -561,7 +561,7 @@ def grad_sum_vectors(ds, ys, n, op, nv):
     """:func:`chunk_grad_sum` of a row of ``n`` elements from 0, ``(nv - 1) W
     < n <= nv W`` for a constant ``nv``: the same lanes and tree, in a
     shape fixed by ``nv`` (whole steps, then the masked tail), so that a
-    copy of a batch loop compiled for ``nv`` has no loop left per row."""
+    copy of a row loop compiled for ``nv`` has no loop left per row."""
     wide_vectors()
     z = splat(0.0)
     a0, a1, a2, a3 = z, z, z, z
