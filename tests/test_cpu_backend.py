@@ -635,14 +635,13 @@ def test_tiny_backward_threshold_follows_the_cpu_family():
     from numba import njit
     from numba.core.registry import cpu_target
 
-    from logsoftmax.backends.cpu import tiny
+    from logsoftmax.backends.cpu import _vec, tiny
 
     @njit
     def limits():
         return tiny.backward_max(True), tiny.backward_max(False)
 
-    cpu = cpu_target.target_context.codegen().magic_tuple()[1]
-    if cpu.startswith(("znver", "bdver", "btver", "amdfam")):
+    if _vec._is_amd(cpu_target.target_context):
         assert limits() == (tiny.AMD_BACKWARD_MAX_ACCURATE, tiny.AMD_BACKWARD_MAX) == (3, 16)
     else:
         assert limits() == (tiny.BACKWARD_MAX, tiny.BACKWARD_MAX)
@@ -1332,12 +1331,21 @@ def test_touch_pages_stores_into_every_page_and_nowhere_else():
 def test_fault_in_touch_maps_a_fresh_pool_result_which_is_private_memory():
     """A big fresh result comes from the pool's *private* anonymous maps
     (a shared one's page faults cost more), and ``alloc.fault_in`` with
-    ``touch`` maps all its pages; with its first page mapped it is left
-    alone."""
+    ``touch`` maps all its pages, in whatever dimension order it is laid
+    out (``touch`` gets its bytes as a view); with its first page mapped it
+    is left alone."""
     from logsoftmax.backends.cpu import alloc, rows
 
+    n = alloc.POOL_MIN // 4 + 1000
+    for like in (np.empty(n, F32), np.empty((8, n // 8 + 1), F32, order="F")):
+        alloc.clear_pool()  # a fresh map each time, not the last one back
+        _check_touched_pool_result(alloc.empty_like(like, F32), rows.touch_pages)
     alloc.clear_pool()
-    a = alloc.empty_like(np.empty(alloc.POOL_MIN // 4 + 1000, F32), F32)
+
+
+def _check_touched_pool_result(a, touch):
+    from logsoftmax.backends.cpu import alloc
+
     addr, nbytes = a.ctypes.data, a.nbytes
     page = 4096
     pages = -(-nbytes // page)
@@ -1349,14 +1357,18 @@ def test_fault_in_touch_maps_a_fresh_pool_result_which_is_private_memory():
     maps = [ln.split() for ln in open("/proc/self/maps")]
     (perms,) = [m[1] for m in maps if int(m[0].split("-")[0], 16) <= addr < int(m[0].split("-")[1], 16)]
     assert perms == "rw-p"  # private, not shared
-    alloc.fault_in(a, 2, rows.touch_pages)
-    assert all(resident())
-    a[0] = 5.0
-    a[-1] = 6.0
-    alloc.fault_in(a, 2, rows.touch_pages)  # first page mapped: left alone
-    assert a[0] == 5.0 and a[-1] == 6.0
-    del a
-    alloc.clear_pool()
+    seen = []
+
+    def spy(pages, threads):  # the result's own bytes, not a copy of them
+        seen.append(pages.size == nbytes and np.shares_memory(pages, a))
+        touch(pages, threads)
+
+    alloc.fault_in(a, 2, spy)
+    assert seen == [True] and all(resident())
+    a.flat[0] = 5.0
+    a.flat[-1] = 6.0
+    alloc.fault_in(a, 2, touch)  # first page mapped: left alone
+    assert a.flat[0] == 5.0 and a.flat[-1] == 6.0
 
 
 def test_backend_call_declines_an_out_or_dst_of_another_shape_or_dtype():

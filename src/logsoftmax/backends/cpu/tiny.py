@@ -106,9 +106,9 @@ __all__ = [
 FORWARD_MAX_ACCURATE = 24
 FORWARD_MAX = 2 * W
 BACKWARD_MAX = 12
-#: ... and on AMD cores (:func:`backward_max`), where the backward's gathers
-#: and transposes lose to the row kernel's loop (a sum, then the writes, a
-#: row at a time) from rows of 4 on its accurate path: same table, AMD EPYC
+#: ... and on AMD cores (:func:`backward_max`), where the tiny backward
+#: loses to the row kernel's loop (a sum, then the writes, a row at a time)
+#: from rows of 4 on its accurate path: same table, AMD EPYC
 #: (LLVM znver4), backward tiny / row kernel: float32 n = 2 28.7 / 42.7, 3
 #: 24.3 / 28.8, 4 21.4 / 21.1, 6 21.6 / 14.5, 8 13.0 / 9.9, 12 11.5 / 6.6,
 #: 16 10.6 / 5.0; bfloat16 (fast path) 12 8.8 / 12.3, 16 6.7 / 7.7, 20 8.3 /
