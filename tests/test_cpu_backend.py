@@ -936,6 +936,40 @@ def test_exp32_within_one_ulp():
     assert got[4] == 0 and np.isposinf(got[5])
 
 
+def test_exp_f64_any_accuracy_and_range():
+    """The backward's float64 ``e**dst`` (``_math.exp_f64_any``): within
+    5.2e-11 of ``e**x`` from -708 up to where ``e**x`` overflows, exactly 0
+    below -708, ``inf`` from ``ln(DBL_MAX)`` on (the scaling's own overflow:
+    finite just below it, where an earlier cut at 709.78 said inf), NaN kept."""
+    from logsoftmax.backends.cpu._math import exp_f64_any
+    from logsoftmax.backends.cpu._simd import wide_vectors
+    from logsoftmax.backends.cpu._vec import W, vload, vstore
+
+    @numba.njit(error_model="numpy")
+    def run(x, out):
+        wide_vectors()
+        for k in range(0, x.size, W // 2):
+            vstore(out, k, exp_f64_any(vload(x, k)))
+
+    x = np.concatenate([np.linspace(-708, 709.78, 400_000),
+                        np.random.default_rng(9).uniform(-30, 0, 100_000)])
+    out = np.empty_like(x)
+    run(x, out)
+    ref = np.exp(x.astype(np.longdouble))
+    assert np.max(np.abs(out / ref - 1)) < 5.2e-11
+    big = np.log(np.finfo(np.float64).max)  # 709.782712893384
+    special = np.array([0.0, -0.0, -np.inf, np.inf, np.nan, -708.0000001, -745.2, -1e300,
+                        709.781, np.nextafter(big, 0) - 1e-12, big + 1e-12, 710.0, 1e300, 1.0,
+                        -1.0, -2.0])  # whole vectors of 8
+    got = np.empty_like(special)
+    run(special, got)
+    assert got[0] == 1 and got[1] == 1 and got[2] == 0 and np.isposinf(got[3])
+    assert np.isnan(got[4]) and (got[5:8] == 0).all()
+    assert np.isfinite(got[8:10]).all() and got[9] > 1.7976e308
+    assert np.isposinf(got[10:13]).all()
+    assert abs(got[13] / np.e - 1) < 5.2e-11
+
+
 def test_bfloat16_store_correctly_rounded_every_class():
     """A bfloat16 store rounds to nearest even and keeps NaN quiet -- on a CPU
     with AVX512_BF16 through ``vcvtneps2bf16``, which flushes subnormal
@@ -1229,6 +1263,15 @@ for dt in (np.float32, ml_dtypes.bfloat16, np.float16):
         for a in (y, sm, ls.log_softmax_backward(dd, y, axis),
                   ls.softmax_backward(dd, sm, axis), ls.logsumexp(x, axis)):
             h.update(np.ascontiguousarray(a).view(np.uint8).tobytes())
+# the backward's exp at the ends of its range (float64 exp of dst: 0 below
+# -708, inf from where it overflows) against gradients of 0, +-inf and NaN
+dst = np.array([0.0, -700, -708.5, -745.5, 709.781, 709.79, 710, 1e30, -np.inf, np.inf, np.nan,
+                -1.0, -2.5, -3.0, -40.0, -0.5], np.float32)
+for dd in (np.zeros(16, np.float32), np.full(16, -0.0, np.float32), np.linspace(-1, 1, 16, dtype=np.float32),
+           np.r_[np.float32(np.inf), np.zeros(15, np.float32)], np.r_[np.float32(np.nan), np.zeros(15, np.float32)]):
+    for shape in ((1, 16), (3, 16)):
+        a = ls.log_softmax_backward(np.broadcast_to(dd, shape).copy(), np.broadcast_to(dst, shape).copy())
+        h.update(a.view(np.uint8).tobytes())
 print(h.hexdigest())
 """
 

@@ -67,6 +67,7 @@ __all__ = [
     "as_int",
     "as_float",
     "scale_pow2",
+    "scale_pow2_inf",
     "reduce_add",
     "reduce_max",
     "lo_f64",
@@ -944,46 +945,64 @@ def as_float(typingctx, v):
 _POW2 = {32: (0x4B400000, 23), 64: (0x4338000000000000, 52)}
 
 
-@intrinsic
-def scale_pow2(typingctx, p, t, nf):
-    """``p * 2**n`` for an integral float ``nf = n`` that ``t`` also holds in its
-    low mantissa bits (``t = nf + 1.5 * 2**23``, or ``2**52`` for float64),
-    ``p`` near 1 and ``p * 2**n`` normal (the callers clamp): exact.
+def _scale_pow2(overflow):
+    """:func:`scale_pow2` (``overflow`` False) or :func:`scale_pow2_inf`."""
 
-    On AVX-512 one ``vscalefps``/``vscalefpd`` of ``(p, nf)``. Elsewhere
-    ``n`` is added to ``p``'s exponent field (3 integer operations); a NaN
-    ``p`` is passed through as it is, as ``vscalef`` does (adding to the
-    exponent field of a NaN with payload bits in ``t`` made it a finite
-    number). Same bits either way."""
-    vt = _shape(p, t, nf)
-    el = _same_elem(p, t, nf)
-    if el not in (types.float32, types.float64):
-        raise TypingError("scale_pow2: float32 or float64 operands expected")
-    rt = vt if vt is not None else el
+    def _s(typingctx, p, t, nf):
+        vt = _shape(p, t, nf)
+        el = _same_elem(p, t, nf)
+        if el not in (types.float32, types.float64):
+            raise TypingError("scale_pow2: float32 or float64 operands expected")
+        rt = vt if vt is not None else el
 
-    def codegen(context, builder, sig, args):
-        pv, tv, nv = (_promote(builder, a, ty, vt) for a, ty in zip(args, sig.args))
-        width = el.bitwidth
-        n = rt.count if isinstance(rt, Vec) else 1
-        if n * width == 512 and _target_has(context, "avx512f"):
-            suffix = "ps" if width == 32 else "pd"
-            fnty = ir.FunctionType(pv.type, [pv.type, pv.type, pv.type, ir.IntType(n), _I32])
-            fn = _declare(builder, f"llvm.x86.avx512.mask.scalef.{suffix}.512", fnty)
-            # all lanes (mask -1), current rounding mode (4): exact here anyway
-            return builder.call(fn, [pv, nv, ir.Constant(pv.type, ir.Undefined),
-                                     ir.Constant(ir.IntType(n), -1), ir.Constant(_I32, 4)])
-        it = ir.IntType(width)
-        ivt = ir.VectorType(it, n) if isinstance(rt, Vec) else it
-        magic, shift = _POW2[width]
+        def codegen(context, builder, sig, args):
+            pv, tv, nv = (_promote(builder, a, ty, vt) for a, ty in zip(args, sig.args))
+            width = el.bitwidth
+            n = rt.count if isinstance(rt, Vec) else 1
+            if n * width == 512 and _target_has(context, "avx512f"):
+                suffix = "ps" if width == 32 else "pd"
+                fnty = ir.FunctionType(pv.type, [pv.type, pv.type, pv.type, ir.IntType(n), _I32])
+                fn = _declare(builder, f"llvm.x86.avx512.mask.scalef.{suffix}.512", fnty)
+                # all lanes (mask -1), current rounding mode (4): exact here
+                # anyway, and inf where the product overflows
+                return builder.call(fn, [pv, nv, ir.Constant(pv.type, ir.Undefined),
+                                         ir.Constant(ir.IntType(n), -1), ir.Constant(_I32, 4)])
+            it = ir.IntType(width)
+            ivt = ir.VectorType(it, n) if isinstance(rt, Vec) else it
+            magic, shift = _POW2[width]
 
-        def c(x):
-            return ir.Constant(ivt, [x] * n) if isinstance(rt, Vec) else ir.Constant(it, x)
+            def c(x):
+                return ir.Constant(ivt, [x] * n) if isinstance(rt, Vec) else ir.Constant(it, x)
 
-        expo = builder.shl(builder.sub(builder.bitcast(tv, ivt), c(magic)), c(shift))
-        y = builder.bitcast(builder.add(builder.bitcast(pv, ivt), expo), pv.type)
-        return builder.select(builder.fcmp_unordered("uno", pv, pv), pv, y)
+            expo = builder.shl(builder.sub(builder.bitcast(tv, ivt), c(magic)), c(shift))
+            bits = builder.add(builder.bitcast(pv, ivt), expo)
+            if overflow:  # an exponent field past the largest finite one: inf
+                inf = (1 << (width - 1)) - (1 << shift)  # 0x7F800000 / 0x7FF0...
+                bits = builder.select(builder.icmp_signed(">=", bits, c(inf)), c(inf), bits)
+            y = builder.bitcast(bits, pv.type)
+            return builder.select(builder.fcmp_unordered("uno", pv, pv), pv, y)
 
-    return rt(p, t, nf), codegen
+        return rt(p, t, nf), codegen
+
+    _s.__name__ = "scale_pow2_inf" if overflow else "scale_pow2"
+    return intrinsic(_s)
+
+
+#: ``p * 2**n`` for an integral float ``nf = n`` that ``t`` also holds in its
+#: low mantissa bits (``t = nf + 1.5 * 2**23``, or ``2**52`` for float64),
+#: ``p`` near 1 and ``p * 2**n`` normal (the callers clamp): exact.
+#:
+#: On AVX-512 one ``vscalefps``/``vscalefpd`` of ``(p, nf)``. Elsewhere ``n``
+#: is added to ``p``'s exponent field (3 integer operations); a NaN ``p`` is
+#: passed through as it is, as ``vscalef`` does (adding to the exponent
+#: field of a NaN with payload bits in ``t`` made it a finite number). Same
+#: bits either way.
+scale_pow2 = _scale_pow2(False)
+#: :func:`scale_pow2` for a positive ``p`` whose product may also overflow:
+#: ``inf`` there (``vscalef`` gives it by itself; elsewhere an exponent field
+#: past the largest finite one is replaced by inf's, one compare and one
+#: select more). ``p * 2**n`` must not underflow.
+scale_pow2_inf = _scale_pow2(True)
 
 
 # ---------------------------------------------------------------------------
