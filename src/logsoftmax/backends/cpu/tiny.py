@@ -336,6 +336,57 @@ def _lane_tree(acc, half):
 # forward
 # ---------------------------------------------------------------------------
 @njit(forceinline=True, error_model="numpy")
+def _leaf64(xt, l, n, m_lo, m_hi, past):
+    """Lane row ``l`` of the float64 terms ``e**(x - m)`` of a batch (two
+    halves): element row ``l`` (a masked-off lane's term ``past`` beyond the
+    row's end), plus row ``l + 16`` for rows of 17-32 (:func:`_fold`)."""
+    lo, hi = past, past
+    if l < n:
+        x = vload(xt, l * W)
+        lo, hi = exp_f64(lo_f64(x) - m_lo), exp_f64(hi_f64(x) - m_hi)
+    if n > W:
+        lo2, hi2 = past, past
+        if l + W < n:
+            x = vload(xt, (l + W) * W)
+            lo2, hi2 = exp_f64(lo_f64(x) - m_lo), exp_f64(hi_f64(x) - m_hi)
+        lo, hi = lo + lo2, hi + hi2
+    return lo, hi
+
+
+# _lane_tree's additions (row l + row l + h, h = 8, 4, 2, 1) as nested sums,
+# so that the 16 lane rows stay in registers instead of an L1 scratch
+@njit(forceinline=True, error_model="numpy")
+def _node8(xt, l, n, m_lo, m_hi, past):
+    a_lo, a_hi = _leaf64(xt, l, n, m_lo, m_hi, past)
+    b_lo, b_hi = _leaf64(xt, l + 8, n, m_lo, m_hi, past)
+    return a_lo + b_lo, a_hi + b_hi
+
+
+@njit(forceinline=True, error_model="numpy")
+def _node4(xt, l, n, m_lo, m_hi, past):
+    a_lo, a_hi = _node8(xt, l, n, m_lo, m_hi, past)
+    b_lo, b_hi = _node8(xt, l + 4, n, m_lo, m_hi, past)
+    return a_lo + b_lo, a_hi + b_hi
+
+
+@njit(forceinline=True, error_model="numpy")
+def _node2(xt, l, n, m_lo, m_hi, past):
+    a_lo, a_hi = _node4(xt, l, n, m_lo, m_hi, past)
+    b_lo, b_hi = _node4(xt, l + 2, n, m_lo, m_hi, past)
+    return a_lo + b_lo, a_hi + b_hi
+
+
+@njit(forceinline=True, error_model="numpy")
+def _sum64_tree(xt, n, m_lo, m_hi):
+    """Every row's float64 sum of the transposed batch ``xt`` (two halves):
+    :func:`.segment._sum64`'s terms added in :func:`_lane_tree`'s order."""
+    past = exp_f64(splat(np.float64(-np.inf)))  # a masked-off lane's term
+    a_lo, a_hi = _node2(xt, 0, n, m_lo, m_hi, past)
+    b_lo, b_hi = _node2(xt, 1, n, m_lo, m_hi, past)
+    return a_lo + b_lo, a_hi + b_hi
+
+
+@njit(forceinline=True, error_model="numpy")
 def _forward_batch(xt, yt, n, op, accurate, acc32, acc64):
     """Forward of the transposed batch ``xt`` into ``yt``; returns whether
     every row's sum is finite (else not all results are the row kernels')."""
@@ -348,20 +399,7 @@ def _forward_batch(xt, yt, n, op, accurate, acc32, acc64):
     # the terms of element rows up to the row kernels' last lane vector
     kl = W if n <= W else 2 * W
     if accurate:  # .segment._sum64: lanes k and k + 8 of two float64 halves
-        past = exp_f64(splat(np.float64(-np.inf)))  # a masked-off lane's term
-        for k in range(kl):
-            if k < n:
-                x = vload(xt, k * W)
-                vstore(acc64, k * W, exp_f64(lo_f64(x) - m_lo))
-                vstore(acc64, k * W + W // 2, exp_f64(hi_f64(x) - m_hi))
-            else:
-                vstore(acc64, k * W, past)
-                vstore(acc64, k * W + W // 2, past)
-        if n > W:
-            _fold(acc64, True)
-        _lane_tree(acc64, True)
-        s_lo = vload(acc64, 0)
-        s_hi = vload(acc64, W // 2)
+        s_lo, s_hi = _sum64_tree(xt, n, m_lo, m_hi)
     else:  # .segment._sum32: its first two accumulators, lanes past n 0
         for k in range(kl):
             if k < n:
