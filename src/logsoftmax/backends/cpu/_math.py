@@ -179,11 +179,13 @@ def exp_f64_any(x):
     ``x`` is clamped at 710, which overflows too).
 
     The overflow is the scaling's own (:func:`._vec.scale_pow2_inf`) rather
-    than a test of ``x`` before and a select of ``inf`` after: pass 2 of the
-    float32 backward, ``d - e**y S`` on 16 lanes in cache (AMD EPYC, LLVM
-    znver4, one thread, ``benchmarks/accurate_limits.py``'s loop alone),
-    0.614-0.662 -> 0.534-0.542 ns per element, the same bits at every ``x``
-    below 709.78."""
+    than a test of ``x`` before and a select of ``inf`` after (AMD EPYC,
+    LLVM znver4): pass 2 of the float32 backward, ``d - e**y S``, alone in
+    cache on one thread (a scratch loop) 0.61-0.67 -> 0.53-0.59 ns per
+    element; in-process A/B of the short-row backward, 2 threads, 1.03-1.20x
+    (``docs/performance.md``, the seventh Zen 4 session). The same bits at
+    every ``x`` up to 709.78; above it, up to ``ln(DBL_MAX)``, the old cut
+    said ``inf`` where ``e**x`` is finite."""
     xc = where(x > _CLAMP64, _CLAMP64, where(x < _UNDER64, _UNDER64, x))
     t, nf, r = _reduce64(xc)
     p = vfma(_D[5], r, _D[4])

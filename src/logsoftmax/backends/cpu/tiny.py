@@ -354,7 +354,9 @@ def _leaf64(xt, l, n, m_lo, m_hi, past):
 
 
 # _lane_tree's additions (row l + row l + h, h = 8, 4, 2, 1) as nested sums,
-# so that the 16 lane rows stay in registers instead of an L1 scratch
+# so that the 16 lane rows stay in registers instead of an L1 scratch. Same
+# bits; in-process A/B against the scratch (AMD EPYC, LLVM znver4, 2
+# threads, numpy out=), rows of 8-24: 1.01-1.08x from memory and in cache
 @njit(forceinline=True, error_model="numpy")
 def _node8(xt, l, n, m_lo, m_hi, past):
     a_lo, a_hi = _leaf64(xt, l, n, m_lo, m_hi, past)
