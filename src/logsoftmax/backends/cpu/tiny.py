@@ -358,24 +358,24 @@ def _leaf64(xt, l, n, m_lo, m_hi, past):
 # bits; in-process A/B against the scratch (AMD EPYC, LLVM znver4, 2
 # threads, numpy out=), rows of 8-24: 1.01-1.08x from memory and in cache
 @njit(forceinline=True, error_model="numpy")
+def _add2(a, b):
+    """``a + b`` for two ``(lo, hi)`` pairs of float64 halves."""
+    return a[0] + b[0], a[1] + b[1]
+
+
+@njit(forceinline=True, error_model="numpy")
 def _node8(xt, l, n, m_lo, m_hi, past):
-    a_lo, a_hi = _leaf64(xt, l, n, m_lo, m_hi, past)
-    b_lo, b_hi = _leaf64(xt, l + 8, n, m_lo, m_hi, past)
-    return a_lo + b_lo, a_hi + b_hi
+    return _add2(_leaf64(xt, l, n, m_lo, m_hi, past), _leaf64(xt, l + 8, n, m_lo, m_hi, past))
 
 
 @njit(forceinline=True, error_model="numpy")
 def _node4(xt, l, n, m_lo, m_hi, past):
-    a_lo, a_hi = _node8(xt, l, n, m_lo, m_hi, past)
-    b_lo, b_hi = _node8(xt, l + 4, n, m_lo, m_hi, past)
-    return a_lo + b_lo, a_hi + b_hi
+    return _add2(_node8(xt, l, n, m_lo, m_hi, past), _node8(xt, l + 4, n, m_lo, m_hi, past))
 
 
 @njit(forceinline=True, error_model="numpy")
 def _node2(xt, l, n, m_lo, m_hi, past):
-    a_lo, a_hi = _node4(xt, l, n, m_lo, m_hi, past)
-    b_lo, b_hi = _node4(xt, l + 2, n, m_lo, m_hi, past)
-    return a_lo + b_lo, a_hi + b_hi
+    return _add2(_node4(xt, l, n, m_lo, m_hi, past), _node4(xt, l + 2, n, m_lo, m_hi, past))
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -383,9 +383,7 @@ def _sum64_tree(xt, n, m_lo, m_hi):
     """Every row's float64 sum of the transposed batch ``xt`` (two halves):
     :func:`.segment._sum64`'s terms added in :func:`_lane_tree`'s order."""
     past = exp_f64(splat(np.float64(-np.inf)))  # a masked-off lane's term
-    a_lo, a_hi = _node2(xt, 0, n, m_lo, m_hi, past)
-    b_lo, b_hi = _node2(xt, 1, n, m_lo, m_hi, past)
-    return a_lo + b_lo, a_hi + b_hi
+    return _add2(_node2(xt, 0, n, m_lo, m_hi, past), _node2(xt, 1, n, m_lo, m_hi, past))
 
 
 @njit(forceinline=True, error_model="numpy")
