@@ -387,7 +387,7 @@ def _sum64_tree(xt, n, m_lo, m_hi):
 
 
 @njit(forceinline=True, error_model="numpy")
-def _forward_batch(xt, yt, n, op, accurate, acc32, acc64):
+def _forward_batch(xt, yt, n, op, accurate, acc32):
     """Forward of the transposed batch ``xt`` into ``yt``; returns whether
     every row's sum is finite (else not all results are the row kernels')."""
     wide_vectors()
@@ -466,7 +466,7 @@ def _forward_tiny_rows(xb, ob, g, op, accurate, r0, r1, n):
     wide_vectors()
     dense, ahead, net = _mode(g, n, 2, ob.itemsize)
     f32s, f64s, idxs = _scratch(n)
-    run, xt, yt, acc32, acc64, idx = _blocks(f32s, f64s, idxs)
+    run, xt, yt, acc32, _, idx = _blocks(f32s, f64s, idxs)
     i1, i2 = first_row(g, r0)
     for b0 in range(r0, r1, W):
         nb = min(W, r1 - b0)
@@ -474,7 +474,7 @@ def _forward_tiny_rows(xb, ob, g, op, accurate, r0, r1, n):
             _ahead(xb, g, 0, i1, i2, n, False)
             _ahead(ob, g, 1, i1, i2, n, True)
         _load_batch(xb, g, 0, i1, i2, nb, n, run, xt, idx, net, dense)
-        if _forward_batch(xt, yt, n, op, accurate, acc32, acc64):
+        if _forward_batch(xt, yt, n, op, accurate, acc32):
             _store_batch(ob, g, 1, i1, i2, nb, n, yt, run, idx, net, dense)
         else:  # no store yet: the inputs are intact (in place too)
             _forward_rows(xb, ob, g, op, accurate, i1, i2, nb, n)
