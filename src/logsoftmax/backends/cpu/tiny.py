@@ -336,58 +336,7 @@ def _lane_tree(acc, half):
 # forward
 # ---------------------------------------------------------------------------
 @njit(forceinline=True, error_model="numpy")
-def _leaf64(xt, l, n, m_lo, m_hi, past):
-    """Lane row ``l`` of the float64 terms ``e**(x - m)`` of a batch (two
-    halves): element row ``l`` (a masked-off lane's term ``past`` beyond the
-    row's end), plus row ``l + 16`` for rows of 17-32 (:func:`_fold`)."""
-    lo, hi = past, past
-    if l < n:
-        x = vload(xt, l * W)
-        lo, hi = exp_f64(lo_f64(x) - m_lo), exp_f64(hi_f64(x) - m_hi)
-    if n > W:
-        lo2, hi2 = past, past
-        if l + W < n:
-            x = vload(xt, (l + W) * W)
-            lo2, hi2 = exp_f64(lo_f64(x) - m_lo), exp_f64(hi_f64(x) - m_hi)
-        lo, hi = lo + lo2, hi + hi2
-    return lo, hi
-
-
-# _lane_tree's additions (row l + row l + h, h = 8, 4, 2, 1) as nested sums,
-# so that the 16 lane rows stay in registers instead of an L1 scratch. Same
-# bits; in-process A/B against the scratch (AMD EPYC, LLVM znver4, 2
-# threads, numpy out=), rows of 8-24: 1.01-1.08x from memory and in cache
-@njit(forceinline=True, error_model="numpy")
-def _add2(a, b):
-    """``a + b`` for two ``(lo, hi)`` pairs of float64 halves."""
-    return a[0] + b[0], a[1] + b[1]
-
-
-@njit(forceinline=True, error_model="numpy")
-def _node8(xt, l, n, m_lo, m_hi, past):
-    return _add2(_leaf64(xt, l, n, m_lo, m_hi, past), _leaf64(xt, l + 8, n, m_lo, m_hi, past))
-
-
-@njit(forceinline=True, error_model="numpy")
-def _node4(xt, l, n, m_lo, m_hi, past):
-    return _add2(_node8(xt, l, n, m_lo, m_hi, past), _node8(xt, l + 4, n, m_lo, m_hi, past))
-
-
-@njit(forceinline=True, error_model="numpy")
-def _node2(xt, l, n, m_lo, m_hi, past):
-    return _add2(_node4(xt, l, n, m_lo, m_hi, past), _node4(xt, l + 2, n, m_lo, m_hi, past))
-
-
-@njit(forceinline=True, error_model="numpy")
-def _sum64_tree(xt, n, m_lo, m_hi):
-    """Every row's float64 sum of the transposed batch ``xt`` (two halves):
-    :func:`.segment._sum64`'s terms added in :func:`_lane_tree`'s order."""
-    past = exp_f64(splat(np.float64(-np.inf)))  # a masked-off lane's term
-    return _add2(_node2(xt, 0, n, m_lo, m_hi, past), _node2(xt, 1, n, m_lo, m_hi, past))
-
-
-@njit(forceinline=True, error_model="numpy")
-def _forward_batch(xt, yt, n, op, accurate, acc32):
+def _forward_batch(xt, yt, n, op, accurate, acc32, acc64):
     """Forward of the transposed batch ``xt`` into ``yt``; returns whether
     every row's sum is finite (else not all results are the row kernels')."""
     wide_vectors()
@@ -399,7 +348,20 @@ def _forward_batch(xt, yt, n, op, accurate, acc32):
     # the terms of element rows up to the row kernels' last lane vector
     kl = W if n <= W else 2 * W
     if accurate:  # .segment._sum64: lanes k and k + 8 of two float64 halves
-        s_lo, s_hi = _sum64_tree(xt, n, m_lo, m_hi)
+        past = exp_f64(splat(np.float64(-np.inf)))  # a masked-off lane's term
+        for k in range(kl):
+            if k < n:
+                x = vload(xt, k * W)
+                vstore(acc64, k * W, exp_f64(lo_f64(x) - m_lo))
+                vstore(acc64, k * W + W // 2, exp_f64(hi_f64(x) - m_hi))
+            else:
+                vstore(acc64, k * W, past)
+                vstore(acc64, k * W + W // 2, past)
+        if n > W:
+            _fold(acc64, True)
+        _lane_tree(acc64, True)
+        s_lo = vload(acc64, 0)
+        s_hi = vload(acc64, W // 2)
     else:  # .segment._sum32: its first two accumulators, lanes past n 0
         for k in range(kl):
             if k < n:
@@ -466,7 +428,7 @@ def _forward_tiny_rows(xb, ob, g, op, accurate, r0, r1, n):
     wide_vectors()
     dense, ahead, net = _mode(g, n, 2, ob.itemsize)
     f32s, f64s, idxs = _scratch(n)
-    run, xt, yt, acc32, _, idx = _blocks(f32s, f64s, idxs)
+    run, xt, yt, acc32, acc64, idx = _blocks(f32s, f64s, idxs)
     i1, i2 = first_row(g, r0)
     for b0 in range(r0, r1, W):
         nb = min(W, r1 - b0)
@@ -474,7 +436,7 @@ def _forward_tiny_rows(xb, ob, g, op, accurate, r0, r1, n):
             _ahead(xb, g, 0, i1, i2, n, False)
             _ahead(ob, g, 1, i1, i2, n, True)
         _load_batch(xb, g, 0, i1, i2, nb, n, run, xt, idx, net, dense)
-        if _forward_batch(xt, yt, n, op, accurate, acc32):
+        if _forward_batch(xt, yt, n, op, accurate, acc32, acc64):
             _store_batch(ob, g, 1, i1, i2, nb, n, yt, run, idx, net, dense)
         else:  # no store yet: the inputs are intact (in place too)
             _forward_rows(xb, ob, g, op, accurate, i1, i2, nb, n)
