@@ -58,11 +58,11 @@ from logsoftmax.backends.cpu.segment import row_log, write_forward
 from logsoftmax.driver.perf import add3, copy2, median_seconds
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import cpu_info  # noqa: E402
 
 # an int, not the enum member: numba types an enum argument on every call
 # (~16 us), which would be timed with the kernel
 _LSM = int(Op.LOG_SOFTMAX)
-from common import cpu_info  # noqa: E402
 
 ROWS, COLS = 4096, 32000
 

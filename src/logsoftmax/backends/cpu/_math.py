@@ -181,7 +181,7 @@ def exp_f64_any(x):
     The overflow is the scaling's own (:func:`._vec.scale_pow2_inf`) rather
     than a test of ``x`` before and a select of ``inf`` after (AMD EPYC,
     LLVM znver4): pass 2 of the float32 backward, ``d - e**y S``, alone in
-    cache on one thread (a scratch loop) 0.61-0.67 -> 0.53-0.59 ns per
+    cache on one thread (a scratch loop) 0.60-0.67 -> 0.53-0.59 ns per
     element; in-process A/B of the short-row backward, 2 threads, 1.03-1.20x
     (``docs/performance.md``, the seventh Zen 4 session). The same bits at
     every ``x`` up to 709.78; above it, up to ``ln(DBL_MAX)``, the old cut

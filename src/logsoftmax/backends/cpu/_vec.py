@@ -945,14 +945,15 @@ def as_float(typingctx, v):
 _POW2 = {32: (0x4B400000, 23), 64: (0x4338000000000000, 52)}
 
 
-def _scale_pow2(overflow):
-    """:func:`scale_pow2` (``overflow`` False) or :func:`scale_pow2_inf`."""
+def _scale_pow2(name, overflow, doc):
+    """The intrinsic ``name``: :func:`scale_pow2` (``overflow`` False) or
+    :func:`scale_pow2_inf`."""
 
     def _s(typingctx, p, t, nf):
         vt = _shape(p, t, nf)
         el = _same_elem(p, t, nf)
         if el not in (types.float32, types.float64):
-            raise TypingError("scale_pow2: float32 or float64 operands expected")
+            raise TypingError(f"{name}: float32 or float64 operands expected")
         rt = vt if vt is not None else el
 
         def codegen(context, builder, sig, args):
@@ -984,25 +985,25 @@ def _scale_pow2(overflow):
 
         return rt(p, t, nf), codegen
 
-    _s.__name__ = "scale_pow2_inf" if overflow else "scale_pow2"
+    _s.__name__, _s.__doc__ = name, doc
     return intrinsic(_s)
 
 
-#: ``p * 2**n`` for an integral float ``nf = n`` that ``t`` also holds in its
-#: low mantissa bits (``t = nf + 1.5 * 2**23``, or ``2**52`` for float64),
-#: ``p`` near 1 and ``p * 2**n`` normal (the callers clamp): exact.
-#:
-#: On AVX-512 one ``vscalefps``/``vscalefpd`` of ``(p, nf)``. Elsewhere ``n``
-#: is added to ``p``'s exponent field (3 integer operations); a NaN ``p`` is
-#: passed through as it is, as ``vscalef`` does (adding to the exponent
-#: field of a NaN with payload bits in ``t`` made it a finite number). Same
-#: bits either way.
-scale_pow2 = _scale_pow2(False)
-#: :func:`scale_pow2` for a positive ``p`` whose product may also overflow:
-#: ``inf`` there (``vscalef`` gives it by itself; elsewhere an exponent field
-#: past the largest finite one is replaced by inf's, one compare and one
-#: select more). ``p * 2**n`` must not underflow.
-scale_pow2_inf = _scale_pow2(True)
+scale_pow2 = _scale_pow2("scale_pow2", False, """``p * 2**n`` for an integral
+    float ``nf = n`` that ``t`` also holds in its low mantissa bits (``t = nf
+    + 1.5 * 2**23``, or ``2**52`` for float64), ``p`` near 1 and ``p * 2**n``
+    normal (the callers clamp): exact.
+
+    On AVX-512 one ``vscalefps``/``vscalefpd`` of ``(p, nf)``. Elsewhere
+    ``n`` is added to ``p``'s exponent field (3 integer operations); a NaN
+    ``p`` is passed through as it is, as ``vscalef`` does (adding to the
+    exponent field of a NaN with payload bits in ``t`` made it a finite
+    number). Same bits either way.""")
+scale_pow2_inf = _scale_pow2("scale_pow2_inf", True, """:func:`scale_pow2` for a
+    positive ``p`` whose product may also overflow: ``inf`` there
+    (``vscalef`` gives it by itself; elsewhere an exponent field past the
+    largest finite one is replaced by inf's, one compare and one select
+    more). ``p * 2**n`` must not underflow.""")
 
 
 # ---------------------------------------------------------------------------
