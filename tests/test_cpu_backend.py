@@ -1439,3 +1439,32 @@ def test_backend_call_declines_an_out_or_dst_of_another_shape_or_dtype():
         logsoftmax.log_softmax(x, out=np.empty((8, 4), F32))
     with pytest.raises(TypeError):
         logsoftmax.log_softmax_backward(x, y.astype(np.float16))
+
+
+def test_plan_key_of_a_contiguous_out_and_of_a_strided_one():
+    """A C-contiguous ``out`` keys its plan without its strides (the front
+    door passes the flag): one whose length-1 dimension has an odd stride
+    (C-contiguous to numpy) gets the same bits, and a strided ``out`` of the
+    same shape after it still gets its own plan; forward and backward."""
+    from numpy.lib.stride_tricks import as_strided
+
+    rng = np.random.default_rng(19)
+    x = rng.standard_normal((1, 37)).astype(F32)
+    d = rng.standard_normal((1, 37)).astype(F32)
+    y = logsoftmax.log_softmax(x)
+    dx = logsoftmax.log_softmax_backward(d, y)
+    odd = as_strided(np.empty(37, F32), (1, 37), (7 * 4, 4))
+    assert odd.flags.c_contiguous and odd.strides != y.strides
+    for call, want in ((lambda o: logsoftmax.log_softmax(x, out=o), y),
+                       (lambda o: logsoftmax.log_softmax_backward(d, y, out=o), dx)):
+        for o in (np.empty_like(x), odd):
+            assert call(o) is o and np.array_equal(bits(o), bits(want))
+    x2 = rng.standard_normal((6, 37)).astype(F32)
+    d2 = rng.standard_normal((6, 37)).astype(F32)
+    y2 = logsoftmax.log_softmax(x2)
+    dx2 = logsoftmax.log_softmax_backward(d2, y2)
+    for call, want in ((lambda o: logsoftmax.log_softmax(x2, out=o), y2),
+                       (lambda o: logsoftmax.log_softmax_backward(d2, y2, out=o), dx2)):
+        for o in (np.empty_like(x2), np.empty((37, 6), F32).T, np.empty((6, 74), F32)[:, ::2]):
+            o[...] = 7
+            assert call(o) is o and np.array_equal(bits(o), bits(want))
