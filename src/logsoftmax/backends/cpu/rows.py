@@ -25,6 +25,7 @@ from ._vec import (
     lane,
     lanes_below,
     lanes_below64,
+    on_amd,
     prefetch_l2,
     sfence,
     splat,
@@ -82,6 +83,10 @@ __all__ = [
 #: misaligned ``out=``: 31.2 ms in the stop before, 35.3 streamed; rows of
 #: 1536 B, 8x16x384x384 axis 3: 10.0 -> 8.1-8.9)
 STREAM_ROW_BYTES = 512
+
+#: elements ahead that rows of one line ask for in the accurate backward
+#: (:func:`_backward_short_rows`)
+BACKWARD_AHEAD = 512
 
 @njit(forceinline=True, error_model="numpy")
 def streams(ob, g):
@@ -688,7 +693,7 @@ def backward_short(db, yb, ob, g, op, accurate, r0, r1):
     # 349525x24 (the general copy) 1.00-1.03x. With n alone a constant, rows
     # of 16 gained 0.89-0.94x of that.
     if op == _LSM and accurate and n == W:
-        _backward_short_rows(db, yb, ob, g, _LSM, True, r0, r1, W, 0)
+        _backward_short_rows(db, yb, ob, g, _LSM, True, r0, r1, W, 0, not on_amd())
     elif op == _LSM and accurate and n == 2 * W:
         _backward_short_rows(db, yb, ob, g, _LSM, True, r0, r1, 2 * W, 0)
     # rows with a partial last vector: copies for the vector count (n stays
@@ -706,13 +711,25 @@ def backward_short(db, yb, ob, g, op, accurate, r0, r1):
 
 
 @njit(forceinline=True, error_model="numpy")
-def _backward_short_rows(db, yb, ob, g, op, accurate, r0, r1, n, nv):
+def _backward_short_rows(db, yb, ob, g, op, accurate, r0, r1, n, nv, ask_ahead=False):
     """:func:`backward_short`'s row loop (constants in the copies; their NaN
     rows keep every kernel's bits through :func:`._vec.negate` in
     :func:`.segment.backward_vec64`). ``nv > 0``: rows of ``nv`` vectors,
     the last one partial (``n`` a variable, ``nv`` a constant), through
     :func:`.segment.grad_sum_vectors` and
     :func:`.segment.write_backward_vectors`; 0: any ``n``.
+
+    ``ask_ahead`` (a constant; rows of one line, ``n = W``): a big problem
+    whose inputs lie end to end asks for their lines :data:`BACKWARD_AHEAD`
+    elements ahead, into L2. Rows of 16 float32 ran ~1.5x slower from
+    memory than rows of 32 (the same bytes, the same arithmetic per element
+    in cache), and the hardware's prefetchers did not close the gap.
+    In-process A/B (Intel Xeon, LLVM rocketlake, 2 threads, numpy ``out=``,
+    same bits), 524288x16 float32: 1.36-1.47x with 512 elements ahead, 1.33-1.38x
+    from 256 to 4096 ahead, 0.95-1.01 at 1 or 16 (the row itself, the next
+    one); with the same prefetches, rows of 32, 40 and 48 read 0.97-1.08
+    and rows of 20 and 24 0.93-0.97, so only these rows ask. Not on AMD
+    cores, where the rows were tuned without it and it is not measured.
 
     A row's sum and then its writes, row after row: the out-of-order core
     overlaps one row's short sum with the last row's exp-bound writes by
@@ -722,11 +739,16 @@ def _backward_short_rows(db, yb, ob, g, op, accurate, r0, r1, n, nv):
     ``out=``, same bits): 524288x16 1.04x, 262144x32 1.18x, 599186x14
     1.14-1.18x, 349525x24 1.08x, 209715x40 1.14-1.19x, 174762x48
     1.02-1.08x."""
+    ahead = ask_ahead and dense_rows(g, 0, n) and dense_rows(g, 1, n) and (
+        g[0] * g[1] * n * ob.itemsize >= STREAM_BYTES)
     i1, i2 = first_row(g, r0)
     for _ in range(r0, r1):
         ds = view(db, row_at(g, 0, i1, i2), n)
         ys = view(yb, row_at(g, 1, i1, i2), n)
         os = view(ob, row_at(g, 2, i1, i2), n)
+        if ahead:
+            prefetch_l2(db, row_at(g, 0, i1, i2) + BACKWARD_AHEAD)
+            prefetch_l2(yb, row_at(g, 1, i1, i2) + BACKWARD_AHEAD)
         if nv > 0:
             write_backward_vectors(ds, ys, os, n, op, grad_sum_vectors(ds, ys, n, op, nv), nv)
         else:
