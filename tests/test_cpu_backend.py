@@ -607,14 +607,17 @@ def test_pipelined_backward_matches_rows_one_at_a_time(dtype, n):
         _with_threads(threads, run)
 
 
-def _rows_call(kernel, arrays, dtypes_, op, accurate):
+def _rows_call(kernel, arrays, dtypes_, op, accurate, cuts=()):
     """``kernel`` (a row kernel's ``(*buffers, g, op, accurate, r0, r1)``)
-    over every row of 2-d ``arrays`` (inputs, then the output, axis 1)."""
+    over every row of 2-d ``arrays`` (inputs, then the output, axis 1), in
+    one call or in ranges split at the rows ``cuts`` (as threads' tasks)."""
     from logsoftmax.backends.cpu.layout import layout
 
     lay = layout(arrays[0].shape, [a.strides for a in arrays], [a.itemsize for a in arrays], 1)
     g = next(iter(lay.geometries()))
-    kernel(*lay.buffers(arrays), g, op, accurate, 0, arrays[0].shape[0])
+    ends = [0, *cuts, arrays[0].shape[0]]
+    for r0, r1 in zip(ends[:-1], ends[1:]):
+        kernel(*lay.buffers(arrays), g, op, accurate, r0, r1)
 
 
 def _special_rows(x):
@@ -717,16 +720,19 @@ def test_short_rows_of_whole_vectors_give_the_row_kernels_bits(n, dtype, accurat
             assert np.array_equal(bits(xi), bits(ref)), (n, dense, op, "in place")
 
 
-@pytest.mark.parametrize("n", [13, 15, 16, 17, 24, 31, 32, 33, 40, 47, 48])
+@pytest.mark.parametrize("n", [13, 15, 16, 17, 20, 24, 31, 32, 33, 36, 40, 41, 47, 48])
 def test_short_backward_rows_of_whole_vectors_give_the_row_kernels_bits(n):
     """``rows.backward_short`` compiles its accurate batch loop once more for
     float32 log_softmax rows of exactly 1 and 2 vectors (16, 32 elements:
     ``n``, the op and the path constants), and for rows of 1, 2 and 3
     vectors with a partial last one (13-15, 17-31, 33-47: the vector count
-    a constant). Each copy gives the row kernel's bits
-    (``rows.backward_range`` row by row), with a partial last batch, rows
-    that do not lie end to end, special values, and in place into either
-    operand; 48 takes the general copy, as does softmax."""
+    a constant); off AMD, rows of 17-31 and 33-36 that lie end to end run
+    pass 2 over the rows as one run of vectors (``_backward_flat_rows``).
+    Each gives the row kernel's bits (``rows.backward_range`` row by row),
+    with a partial last batch, rows that do not lie end to end, special
+    values, in place into either operand, and in ranges that start and end
+    anywhere (threads' tasks); 48 takes the general copy, as does
+    softmax."""
     from logsoftmax.backends.cpu import rows
 
     rng = np.random.default_rng(n)
@@ -741,6 +747,9 @@ def test_short_backward_rows_of_whole_vectors_give_the_row_kernels_bits(n):
             _rows_call(rows.backward_range, [dd, y, ref], None, op, True)
             _rows_call(rows.backward_short, [dd, y, got], None, op, True)
             assert np.array_equal(bits(got), bits(ref)), (n, dense, op)
+            got[...] = 7
+            _rows_call(rows.backward_short, [dd, y, got], None, op, True, cuts=(1, 4, 21, 22, 150)[:5 if r > 150 else 4])
+            assert np.array_equal(bits(got), bits(ref)), (n, dense, op, "ranges")
             for which in (0, 1):
                 ops = [dd.copy(), y.copy()]
                 _rows_call(rows.backward_short, ops + [ops[which]], None, op, True)

@@ -43,6 +43,7 @@ from .geometry import dense_rows, first_row, next_row, row_at, row_offset, row_s
 from .segment import (
     CHUNK,
     backward_vec,
+    backward_vec64,
     chunk_grad_sum,
     chunk_max,
     chunk_stats,
@@ -692,7 +693,15 @@ def backward_short(db, yb, ob, g, op, accurate, r0, r1):
     # numpy out=, same bits): 524288x16 1.38-1.53x, 262144x32 1.29-1.50x;
     # 349525x24 (the general copy) 1.00-1.03x. With n alone a constant, rows
     # of 16 gained 0.89-0.94x of that.
-    if op == _LSM and accurate and n == W:
+    # rows of 17-31 and 33-36 that lie end to end (not on AMD): pass 2 as
+    # one run of whole vectors (_backward_flat_rows, whose doc has the A/B)
+    flat = (op == _LSM and accurate and not on_amd() and W < n <= 2 * W + W // 4
+            and n != 2 * W and dense_rows(g, 0, n) and dense_rows(g, 1, n) and dense_rows(g, 2, n))
+    if flat and n < 2 * W:
+        _backward_flat_rows(db, yb, ob, g, _LSM, r0, r1, n, 2)
+    elif flat:
+        _backward_flat_rows(db, yb, ob, g, _LSM, r0, r1, n, 3)
+    elif op == _LSM and accurate and n == W:
         _backward_short_rows(db, yb, ob, g, _LSM, True, r0, r1, W, 0, not on_amd())
     elif op == _LSM and accurate and n == 2 * W:
         _backward_short_rows(db, yb, ob, g, _LSM, True, r0, r1, 2 * W, 0)
@@ -711,6 +720,69 @@ def backward_short(db, yb, ob, g, op, accurate, r0, r1):
 
 
 @njit(forceinline=True, error_model="numpy")
+def _flat_step(dsb, ysb, osb, k, c, b, op, sp, sc):
+    """Accurate pass 2 (:func:`.segment.backward_vec64`) of the ``c <= W``
+    elements from ``k``: lanes below ``b`` with the row sum ``sp``, the
+    rest with ``sc``."""
+    s0 = splat(sp)
+    s1 = splat(sc)
+    lo = where(lanes_below64(b), s0, s1)
+    hi = where(lanes_below64(b - W // 2), s0, s1)
+    d = vload_n(dsb, k, c, np.float32(0.0))
+    y = vload_n(ysb, k, c, np.float32(0.0))
+    vstore_n(osb, k, backward_vec64(d, y, op, lo, hi), c)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _backward_flat_rows(db, yb, ob, g, op, r0, r1, n, nv):
+    """The accurate backward of rows ``[r0, r1)`` of ``W < n <= nv W``
+    elements whose three operands lie end to end (``nv`` a constant): each
+    row's sum (:func:`.segment.grad_sum_vectors`, the row kernels' own),
+    then pass 2 of the whole vectors that row completes, over the rows as
+    one run; a vector that straddles two rows takes each lane's sum from its
+    own row (:func:`_flat_step`), so each element is computed as the row
+    loop computes it: the same bits. Pass 2 lags the sums by under ``W``
+    elements, and each row asks for its lines :data:`BACKWARD_AHEAD`
+    elements ahead into L2.
+
+    Row by row (:func:`_backward_short_rows`), a row of 17-31 elements took
+    two vectors, the second partly masked off, each with its own ``exp`` in
+    float64 and a masked store across lines. In-process A/B against that
+    (Intel Xeon, LLVM rocketlake, 2 threads, numpy ``out=``, same bits,
+    2**23 elements; ``python benchmarks/ab_inprocess.py --old <tree>
+    --numpy-out``), old / new: rows of 17 1.66-1.82x, 20 1.55-1.61x, 24
+    1.35-1.45x, 28 1.20-1.22, 31 1.18-1.24, 33 1.07-1.19, 36 1.05-1.09;
+    in cache (2000x24, 3000x33) 1.11-1.15x, 40000x24 1.25x. Without the
+    prefetches: 17 1.14-1.20, 20 1.26-1.31, 24 1.06-1.15, 33 1.15-1.22;
+    aligning the stores to the output's lines changed nothing. Not taken
+    (:func:`backward_short`): rows of 37-47 (40: 0.97-1.07, 44: 0.96-1.00,
+    47: 0.90-0.95; their third vector is mostly full) and rows of whole
+    vectors (32 and 48: 0.92-1.07, the same vector count either way); nor
+    on AMD cores, where it is not measured."""
+    i1, i2 = first_row(g, r0)
+    total = (r1 - r0) * n
+    dsb = view(db, row_at(g, 0, i1, i2), total)
+    ysb = view(yb, row_at(g, 1, i1, i2), total)
+    osb = view(ob, row_at(g, 2, i1, i2), total)
+    k = 0  # pass 2 has written [0, k)
+    sp = 0.0  # the sum of the row before
+    start = 0
+    for _ in range(r0, r1):
+        for q in range(0, n, W):  # (a line of float32)
+            prefetch_l2(dsb, start + BACKWARD_AHEAD + q)
+            prefetch_l2(ysb, start + BACKWARD_AHEAD + q)
+        sc = grad_sum_vectors(view(dsb, start, n), view(ysb, start, n), n, op, nv)
+        end = start + n
+        while k + W <= end:  # (n >= W: a vector from k holds two rows at most)
+            _flat_step(dsb, ysb, osb, k, W, start - k, op, sp, sc)
+            k += W
+        sp = sc
+        start = end
+    if k < total:
+        _flat_step(dsb, ysb, osb, k, total - k, W, op, sp, sp)
+
+
+@njit(forceinline=True, error_model="numpy")
 def _backward_short_rows(db, yb, ob, g, op, accurate, r0, r1, n, nv, ask_ahead=False):
     """:func:`backward_short`'s row loop (constants in the copies; their NaN
     rows keep every kernel's bits through :func:`._vec.negate` in
@@ -719,17 +791,19 @@ def _backward_short_rows(db, yb, ob, g, op, accurate, r0, r1, n, nv, ask_ahead=F
     :func:`.segment.grad_sum_vectors` and
     :func:`.segment.write_backward_vectors`; 0: any ``n``.
 
-    ``ask_ahead`` (a constant; rows of one line, ``n = W``): a big problem
-    whose inputs lie end to end asks for their lines :data:`BACKWARD_AHEAD`
+    ``ask_ahead`` (a constant; rows of one line, ``n = W``): rows whose
+    inputs lie end to end ask for their lines :data:`BACKWARD_AHEAD`
     elements ahead, into L2. Rows of 16 float32 ran ~1.5x slower from
     memory than rows of 32 (the same bytes, the same arithmetic per element
     in cache), and the hardware's prefetchers did not close the gap.
     In-process A/B (Intel Xeon, LLVM rocketlake, 2 threads, numpy ``out=``,
-    same bits), 524288x16 float32: 1.36-1.47x with 512 elements ahead, 1.33-1.38x
-    from 256 to 4096 ahead, 0.95-1.01 at 1 or 16 (the row itself, the next
-    one); with the same prefetches, rows of 32, 40 and 48 read 0.97-1.08
-    and rows of 20 and 24 0.93-0.97, so only these rows ask. Not on AMD
-    cores, where the rows were tuned without it and it is not measured.
+    same bits), 524288x16 float32: 1.36-1.47x with 512 elements ahead,
+    1.33-1.38x from 256 to 4096 ahead, 0.95-1.01 at 1 or 16 (the row
+    itself, the next one); 262144x16 1.14x, 65536x16 1.04x, 8192x16 (in
+    L2) 0.99x. With the same prefetches, rows of 32, 40 and 48 read
+    0.97-1.08, so they do not ask (rows of 17-36 ask in
+    :func:`_backward_flat_rows`). Not on AMD cores, where the rows were
+    tuned without it and it is not measured.
 
     A row's sum and then its writes, row after row: the out-of-order core
     overlaps one row's short sum with the last row's exp-bound writes by
@@ -739,8 +813,7 @@ def _backward_short_rows(db, yb, ob, g, op, accurate, r0, r1, n, nv, ask_ahead=F
     ``out=``, same bits): 524288x16 1.04x, 262144x32 1.18x, 599186x14
     1.14-1.18x, 349525x24 1.08x, 209715x40 1.14-1.19x, 174762x48
     1.02-1.08x."""
-    ahead = ask_ahead and dense_rows(g, 0, n) and dense_rows(g, 1, n) and (
-        g[0] * g[1] * n * ob.itemsize >= STREAM_BYTES)
+    ahead = ask_ahead and dense_rows(g, 0, n) and dense_rows(g, 1, n)
     i1, i2 = first_row(g, r0)
     for _ in range(r0, r1):
         ds = view(db, row_at(g, 0, i1, i2), n)
