@@ -1450,11 +1450,11 @@ def test_backend_call_declines_an_out_or_dst_of_another_shape_or_dtype():
         logsoftmax.log_softmax_backward(x, y.astype(np.float16))
 
 
-def test_plan_key_of_a_contiguous_out_and_of_a_strided_one():
-    """A C-contiguous ``out`` keys its plan without its strides (the front
-    door passes the flag): one whose length-1 dimension has an odd stride
-    (C-contiguous to numpy) gets the same bits, and a strided ``out`` of the
-    same shape after it still gets its own plan; forward and backward."""
+def test_plans_of_outs_of_one_shape_and_other_strides():
+    """Plans are cached per call signature, ``out``'s strides included: a
+    C-contiguous ``out`` whose length-1 dimension has an odd stride, and
+    transposed and sliced ``out``s of the same shape after a contiguous
+    one, each get the contiguous call's bits; forward and backward."""
     from numpy.lib.stride_tricks import as_strided
 
     rng = np.random.default_rng(19)

@@ -248,22 +248,24 @@ def _fast_forward(op: int, x, axis, out):
         if dt in _NATIVE:
             nd = x.ndim
             if -nd <= axis < nd:
-                cpu = default_cpu()
-                if cpu is None:
-                    return None
-                if out is None:
-                    return cpu.forward(op, x, axis % nd, None, dt)
                 # out: exactly x, or a separate writeable ndarray (checks
                 # inlined: this is the fixed cost of every out= call); that
                 # its shape and dtype are x's, the backend's call checks
                 # (None for any other: the general path, which raises)
-                if out is x or (
-                    type(out) is _ndarray
-                    and ((out.base is None and x.base is None) or _apart(out, x))
+                if out is not None and not (
+                    (
+                        out is x
+                        or (
+                            type(out) is _ndarray
+                            and ((out.base is None and x.base is None) or _apart(out, x))
+                        )
+                    )
+                    and out.flags.writeable
                 ):
-                    flags = out.flags
-                    if flags.writeable:
-                        return cpu.forward(op, x, axis % nd, out, dt, flags.c_contiguous)
+                    return None
+                cpu = default_cpu()
+                if cpu is not None:
+                    return cpu.forward(op, x, axis % nd, out, dt)
     return None
 
 
@@ -274,27 +276,26 @@ def _fast_backward(op: int, diff_dst, dst, axis, out):
         dt = diff_dst.dtype
         if dt in _NATIVE:
             nd = diff_dst.ndim
-            if -nd <= axis < nd:
-                cpu = default_cpu()
-                if cpu is None:
-                    return None
-                if out is None:
-                    return cpu.backward(op, diff_dst, dst, axis % nd, None, dt)
-                if (
-                    out is diff_dst
-                    or out is dst
-                    or (
-                        type(out) is _ndarray
-                        and (
-                            (out.base is None and diff_dst.base is None and dst.base is None)
-                            or (_apart(out, diff_dst) and _apart(out, dst))
+            if -nd <= axis < nd and (
+                out is None
+                or (
+                    (
+                        out is diff_dst
+                        or out is dst
+                        or (
+                            type(out) is _ndarray
+                            and (
+                                (out.base is None and diff_dst.base is None and dst.base is None)
+                                or (_apart(out, diff_dst) and _apart(out, dst))
+                            )
                         )
                     )
-                ):
-                    flags = out.flags
-                    if flags.writeable:
-                        return cpu.backward(op, diff_dst, dst, axis % nd, out, dt,
-                                            flags.c_contiguous)
+                    and out.flags.writeable
+                )
+            ):
+                cpu = default_cpu()
+                if cpu is not None:
+                    return cpu.backward(op, diff_dst, dst, axis % nd, out, dt)
     return None
 
 

@@ -241,31 +241,24 @@ class CpuBackend(Backend):
         return self.backward(_SM, diff_dst, dst, axis, out, dtype)
 
     # -- forward ----------------------------------------------------------------
-    def forward(self, op, x, axis, out, dtype, out_c=False):
+    def forward(self, op, x, axis, out, dtype):
         """The forward of ``op`` (:class:`Op`, as an int): the plan cached
         under the call's signature, run. The named methods call it, and so
         does the front door's fast path (one Python frame less of a ~2.4 us
-        call), which passes ``out_c``: ``out`` is C-contiguous (a flag it
-        reads anyway)."""
+        call)."""
         # in place or not is the same plan (the kernels read every vector
         # before writing it); only the float64 kernels ask, per call
+        shape = x.shape
         if out is None:
-            key = (op, x.shape, x.strides, x.dtype, dtype, axis)
+            key = (op, shape, x.strides, x.dtype, dtype, axis)
+        elif (out.dtype is not dtype and out.dtype != dtype) or out.shape != shape:
+            # not a call to run (the front door's fast path asks); "is" first:
+            # the native dtypes are singletons, and ``!=`` alone costs 30 ns
+            return None
         else:
-            # out's shape and dtype are in the key, checked once, when
-            # planned; its strides only if it is not C-contiguous: every
-            # element of a C-contiguous out of the call's shape and dtype
-            # lies where canonical strides put it (numpy's flag allows any
-            # stride on a dimension of length 1, which no address uses and
-            # the layout drops). Building and hashing the strides tuple cost
-            # an out= call more than its allocation saved (Intel Xeon, LLVM
-            # rocketlake, 1x8: out= / allocating 1.01-1.04x before)
-            key = (op, x.shape, x.strides, x.dtype, dtype, axis, out.shape, out.dtype,
-                   None if out_c else out.strides)
+            key = (op, shape, x.strides, x.dtype, dtype, axis, out.strides)
         run = self._plans.get(key)
         if run is None:
-            if out is not None and (out.dtype != dtype or out.shape != x.shape):
-                return None  # not a call to run (the front door's fast path asks)
             run = self._plans[key] = self._plan_forward(op, x, axis, out, np.dtype(dtype))
         return run(x, out)
 
@@ -331,7 +324,7 @@ class CpuBackend(Backend):
         return _small_call(run, mod, name, size, x.shape, x.dtype, dtype, lay.g, args)
 
     # -- backward ---------------------------------------------------------------
-    def backward(self, op, diff_dst, dst, axis, out, dtype, out_c=False):
+    def backward(self, op, diff_dst, dst, axis, out, dtype):
         """The backward of ``op``: as :meth:`forward`."""
         shape = diff_dst.shape
         in_dt = diff_dst.dtype
@@ -339,13 +332,12 @@ class CpuBackend(Backend):
             return None  # as in forward
         if out is None:
             key = (op, shape, diff_dst.strides, dst.strides, in_dt, dtype, axis)
-        else:  # as in forward
-            key = (op, shape, diff_dst.strides, dst.strides, in_dt, dtype, axis, out.shape,
-                   out.dtype, None if out_c else out.strides)
+        elif (out.dtype is not dtype and out.dtype != dtype) or out.shape != shape:
+            return None
+        else:
+            key = (op, shape, diff_dst.strides, dst.strides, in_dt, dtype, axis, out.strides)
         run = self._plans.get(key)
         if run is None:
-            if out is not None and (out.dtype != dtype or out.shape != shape):
-                return None
             run = self._plans[key] = self._plan_backward(op, diff_dst, dst, axis, out, np.dtype(dtype))
         return run(diff_dst, dst, out)
 
