@@ -755,10 +755,11 @@ def _backward_flat_rows(db, yb, ob, g, op, r0, r1, n, nv):
     in cache (2000x24, 3000x33) 1.11-1.15x, 40000x24 1.25x. Without the
     prefetches: 17 1.14-1.20, 20 1.26-1.31, 24 1.06-1.15, 33 1.15-1.22;
     aligning the stores to the output's lines changed nothing. Not taken
-    (:func:`backward_short`): rows of 37-47 (40: 0.97-1.07, 44: 0.96-1.00,
-    47: 0.90-0.95; their third vector is mostly full) and rows of whole
-    vectors (32 and 48: 0.92-1.07, the same vector count either way); nor
-    on AMD cores, where it is not measured."""
+    (:func:`backward_short`): rows of 37-47 (40: 0.97-1.04, 44: 0.96-0.98,
+    47: 0.89-0.95; their third vector is mostly full) and rows of whole
+    vectors (32: 0.99-1.07, 48: 0.89-0.92, the same vector count either
+    way; 16, against the row loop that asks ahead too: 0.87-0.96); nor on
+    AMD cores, where it is not measured."""
     i1, i2 = first_row(g, r0)
     total = (r1 - r0) * n
     dsb = view(db, row_at(g, 0, i1, i2), total)
@@ -797,11 +798,11 @@ def _backward_short_rows(db, yb, ob, g, op, accurate, r0, r1, n, nv, ask_ahead=F
     memory than rows of 32 (the same bytes, the same arithmetic per element
     in cache), and the hardware's prefetchers did not close the gap.
     In-process A/B (Intel Xeon, LLVM rocketlake, 2 threads, numpy ``out=``,
-    same bits), 524288x16 float32: 1.36-1.47x with 512 elements ahead,
-    1.33-1.38x from 256 to 4096 ahead, 0.95-1.01 at 1 or 16 (the row
-    itself, the next one); 262144x16 1.14x, 65536x16 1.04x, 8192x16 (in
+    same bits), 524288x16 float32: 1.31-1.50x with 512 elements ahead (six
+    runs), 1.26-1.39x from 256 to 4096 ahead, 0.88-1.01 at 1 or 16 (the
+    row itself, the next one); 262144x16 1.14x, 65536x16 1.04x, 8192x16 (in
     L2) 0.99x. With the same prefetches, rows of 32, 40 and 48 read
-    0.97-1.08, so they do not ask (rows of 17-36 ask in
+    0.86-1.11 (no gain beyond the noise), so they do not ask (rows of 17-36 ask in
     :func:`_backward_flat_rows`). Not on AMD cores, where the rows were
     tuned without it and it is not measured.
 
