@@ -447,6 +447,46 @@ def test_staged_column_tiles_give_the_same_bits():
         assert np.array_equal(bits(z), bits(rows)), (name, "in place")
 
 
+def test_staged_sums_lane_major_and_row_major_give_the_same_bits():
+    """A staged tile's sums run lane-major on AMD and row-major elsewhere
+    (``columns.forward_tiles``: a per-CPU speed choice), so the front door
+    exercises one loop per machine; here both loops run on one dense stage,
+    with special values and a tile ending mid-vector, and give the same
+    chunk sums, accurate and fast."""
+    from logsoftmax.backends.cpu import columns
+    from logsoftmax.backends.cpu._vec import W
+    from logsoftmax.backends.cpu.segment import LANES32, LANES64
+
+    n, J, jn = 300, 96, 83
+    rng = np.random.default_rng(31)
+    stage = (rng.standard_normal(n * J + W) * 3).astype(F32)
+    tile = stage[: n * J].reshape(n, J)
+    tile[:, 5] = -np.inf
+    tile[7, 9] = np.nan
+    tile[3, 11] = np.inf
+    tile[:40, 13] = -np.inf
+    mc = np.full(J + W, -np.inf, F32)
+    mc[:jn] = tile[:, :jn].max(axis=0)
+    for accurate in (True, False):
+        sums = []
+        for major in ("lane", "row"):
+            acc32 = np.empty(LANES32 * J, F32)
+            acc64 = np.empty(LANES64 * J)
+            sc = np.zeros(J + W)
+            if major == "lane":
+                columns._tile_sums_lane_major(stage, 0, J, n, jn, accurate, acc32, acc64, mc, sc)
+            else:
+                columns._tile_sums_row_major(
+                    stage, 0, J, n, jn, accurate, acc32, acc64, mc, sc, J, -1, 0, mc
+                )
+            sums.append(sc[:jn].copy())
+        assert np.array_equal(bits(sums[0]), bits(sums[1])), accurate
+        finite = np.isfinite(mc[:jn])
+        with np.errstate(invalid="ignore"):
+            ref = np.exp(tile[:, :jn].astype(np.float64) - mc[:jn]).sum(axis=0)
+        np.testing.assert_allclose(sums[0][finite], ref[finite], rtol=1e-5)
+
+
 def test_column_tiles_moved_to_the_output_lines_give_the_same_bits():
     """A streamed column output whose rows all start at one offset in a
     64-byte line has its tiles moved so that each tile row starts on a line

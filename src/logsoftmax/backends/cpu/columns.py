@@ -34,6 +34,7 @@ from ._vec import (
     join_f32,
     lane,
     lo_f64,
+    on_amd,
     prefetch,
     prefetch_l2,
     prefetch_w,
@@ -634,8 +635,12 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
             # same bits (AMD EPYC, LLVM znver4): 1 thread 1.09-1.16x, 2
             # threads 1.10-1.15x (one noisy run of four: 0.91-0.95),
             # 500x131072 1.04-1.13x. Float32 terms stay row-major (4000x16384:
-            # its sums 11.7 ms row-major, 16.8 lane-major).
-            if staged and accurate:
+            # its sums 11.7 ms row-major, 16.8 lane-major). On the Intel Xeon
+            # (LLVM rocketlake) lane-major loses: the same A/B, 2 threads,
+            # row-major / lane-major: 1000x65536 1.33-1.36x (36 against 49
+            # ms: 37% -> 51-53% of the copy), 1000x16384 1.38x, 500x131072
+            # 1.23x, one thread 1.35-1.36x; so lane-major on AMD only.
+            if staged and accurate and on_amd():
                 _tile_sums_lane_major(src, xbase, xsn, n, jn, accurate, acc32, acc64, mc, sc)
             else:
                 _tile_sums_row_major(src, xbase, xsn, n, jn, accurate, acc32, acc64, mc, sc, J, pn, jn2, mn)
