@@ -474,7 +474,7 @@ def test_staged_sums_lane_major_and_row_major_give_the_same_bits():
             acc64 = np.empty(LANES64 * J)
             sc = np.zeros(J + W)
             if major == "lane":
-                columns._tile_sums_lane_major(stage, 0, J, n, jn, accurate, acc32, acc64, mc, sc)
+                columns._tile_sums_lane_major(stage, 0, J, n, jn, accurate, acc32, acc64, mc, sc, -1, 0)
             else:
                 columns._tile_sums_row_major(
                     stage, 0, J, n, jn, accurate, acc32, acc64, mc, sc, J, -1, 0, mc

@@ -241,6 +241,14 @@ _WIDE_AHEAD = 16
 #: 1.02-1.05x, bfloat16 1.00x; tiles of 4 MiB (1000x65536 axis 0) 0.97-0.99x,
 #: unstreamed 8x16x384x384 axis 2 float16 0.92x, so neither takes it. (An
 #: earlier next-tile prefetch on the Intel Xeon measured 0.91-1.00x.)
+#: Accurate tiles summed lane-major ask during their float64 sums instead,
+#: a line of the next tile's strip per row summed (the sums touch no
+#: memory; the write pass streams): Intel Xeon (LLVM rocketlake), in-process
+#: A/B against asking in the write pass, numpy ``out=``, same bits:
+#: 64x64x112x112 axis 1 float32 1.17-1.27x, 64x64x56x56 1.02-1.09x,
+#: 64x128x56x56 1.00-1.04x, 64x32x112x112 1.06x; tiles that do not stream
+#: 0.97-0.99 (A/A 0.99-1.01). Asking for a strip's rows all at once instead
+#: read 1.04x better at 64 rows but 0.80x at 128 (64x128x56x56).
 FETCH_TILE_BYTES = 1 << 19
 
 
@@ -386,13 +394,13 @@ def _chunk_view(buf, base, sn, si, c0, cl, jn, stage, J):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
+def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pf, pjn):
     """Per-column chunk stats ``(mc, sc)`` of ``cl`` rows from ``xb[p]`` (row
     step ``sn``): :func:`.segment.chunk_stats` on every column."""
     wide_vectors()
     _tile_max(xb, p, sn, cl, jn, mc)
     if cl <= LANE_MAJOR_ROWS:
-        _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc)
+        _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, pf, pjn)
     else:
         _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, -1, 0, mc)
 
@@ -427,23 +435,43 @@ def _max_row(xb, p, sn, k, jn, mc):
 
 
 @njit(forceinline=True, error_model="numpy")
-def _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc):
+def _lane_sums64(xb, p, sn, cl, jn, j, lane_, m64l, m64h, ahead, pfj):
+    """Lane ``lane_``'s accurate sums (low and high 8 columns) of the ``W``
+    columns from ``j``; ``ahead``: each of its rows also asks for
+    ``xb[pfj + k * sn]`` into L2."""
+    al = splat(0.0)
+    ah = al
+    for k in range(lane_, cl, LANES64):
+        if ahead:
+            prefetch_l2(xb, pfj + k * sn)
+        x = vload_n(xb, p + k * sn + j, jn - j, _NINF)
+        al = al + exp_f64(lo_f64(x) - m64l)
+        ah = ah + exp_f64(hi_f64(x) - m64h)
+    return al, ah
+
+
+@njit(forceinline=True, error_model="numpy")
+def _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, pf, pjn):
     """The sums of short columns: ``W`` columns at a time, one lane at a
     time, the lane's running sum in a register; the lanes then go to the
-    tree from a ``lanes x W`` scratch (L1)."""
+    tree from a ``lanes x W`` scratch (L1). ``pf >= 0`` (accurate sums
+    only): each strip of ``W`` columns also asks for the same strip of the
+    next tile (``xb[pf:]``, ``pjn`` columns, ``cl`` rows ``sn`` apart) into
+    L2 (:data:`FETCH_TILE_BYTES`)."""
     if accurate:
         used = min(cl, LANES64)
         for j in range(0, jn, W):
+            pfj = pf + j if pf >= 0 and j < pjn else -1
             m = vload(mc, j)
             m64l = lo_f64(m)
             m64h = hi_f64(m)
             for lane_ in range(used):
-                al = splat(0.0)
-                ah = al
-                for k in range(lane_, cl, LANES64):
-                    x = vload_n(xb, p + k * sn + j, jn - j, _NINF)
-                    al = al + exp_f64(lo_f64(x) - m64l)
-                    ah = ah + exp_f64(hi_f64(x) - m64h)
+                # two loops, not a test in one: the test cost in-cache tiles
+                # 6-12% (in-process A/B)
+                if pfj >= 0:
+                    al, ah = _lane_sums64(xb, p, sn, cl, jn, j, lane_, m64l, m64h, True, pfj)
+                else:
+                    al, ah = _lane_sums64(xb, p, sn, cl, jn, j, lane_, m64l, m64h, False, 0)
                 vstore(acc64, lane_ * W, al)
                 vstore(acc64, lane_ * W + W // 2, ah)
             _lane_tree(acc64, used, 2, W // 2, W, LANES64)
@@ -553,13 +581,15 @@ def _col_nan(xb, p, sn, cl, j):
 
 
 @njit(forceinline=True, error_model="numpy")
-def _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m, s, xst, J):
+def _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m, s, xst, J, pf, pjn):
     """Per-column row stats ``(m, s)`` of a tile: chunk stats merged in chunk
-    order (:func:`.rows.row_stats` on every column)."""
+    order (:func:`.rows.row_stats` on every column); ``pf``, ``pjn``: the
+    next tile for :func:`_tile_sums_lane_major` to ask for (a tile of one
+    chunk, unit-stride columns; else -1)."""
     for c0 in range(0, n, CHUNK):
         cl = min(CHUNK, n - c0)
         buf, p, sn = _chunk_view(xb, xbase, xsn, xsi, c0, cl, jn, xst, J)
-        _tile_stats(buf, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J)
+        _tile_stats(buf, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pf, pjn)
         _column_fixups(buf, p, sn, cl, jn, mc, sc, m, s, c0 == 0)
 
 
@@ -607,6 +637,9 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     # columns summed row-major: the next tile's max pass (from memory) runs
     # inside this tile's sums (from L3), not after them
     piped = J > 1024 and LANE_MAJOR_ROWS < n <= CHUNK and g[8] == 1 and not staged
+    # accurate lane-major tiles ask for the next tile during their sums
+    # instead (FETCH_TILE_BYTES)
+    sums_fetch = fetch and accurate and n <= LANE_MAJOR_ROWS and g[8] == 1
     for t in range(t0, t1):
         o, j0, jn = _tile_cols(t, ntile, J, ni, a)
         xbase, xsn, xsi = _tile_geom(g, 0, o, j0)
@@ -641,12 +674,17 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
             # ms: 37% -> 51-53% of the copy), 1000x16384 1.38x, 500x131072
             # 1.23x, one thread 1.35-1.36x; so lane-major on AMD only.
             if staged and accurate and on_amd():
-                _tile_sums_lane_major(src, xbase, xsn, n, jn, accurate, acc32, acc64, mc, sc)
+                _tile_sums_lane_major(src, xbase, xsn, n, jn, accurate, acc32, acc64, mc, sc, -1, 0)
             else:
                 _tile_sums_row_major(src, xbase, xsn, n, jn, accurate, acc32, acc64, mc, sc, J, pn, jn2, mn)
             _column_fixups(src, xbase, xsn, n, jn, mc, sc, m, s, True)
         else:
-            _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m, s, xst, J)
+            pf, pjn = -1, 0
+            if sums_fetch and t + 1 < t1:
+                o2, j2, pjn = _tile_cols(t + 1, ntile, J, ni, a)
+                pf, _psn, _psi = _tile_geom(g, 0, o2, j2)
+            _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m, s, xst, J,
+                          pf, pjn)
         for j in range(0, jn, W // 2):
             v = vload_n(s, j, jn - j, 1.0)
             vstore_n(lg, j, log_f64(v), jn - j)
@@ -664,7 +702,7 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
                 ot, q, qsn = ost, 0, J
             pf = -1  # the next tile's rows, asked into L2 while this one writes
             pjn = 0
-            if fetch and xsi == 1 and t + 1 < t1:
+            if fetch and not sums_fetch and xsi == 1 and t + 1 < t1:
                 o2, j2, pjn = _tile_cols(t + 1, ntile, J, ni, a)
                 pf, _psn, _psi = _tile_geom(g, 0, o2, j2)
             _tile_write(buf, p, sn, ot, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la, ia,
@@ -912,7 +950,7 @@ def logsumexp_tiles(xb, rb, g, J, t0, t1):
         o, j0, jn = _tile_cols(t, ntile, J, ni, 0)
         xbase, xsn, xsi = _tile_geom(g, 0, o, j0)
         rbase, _, rsi = _tile_geom(g, 1, o, j0)
-        _column_stats(xb, xbase, xsn, xsi, n, jn, TRUE, acc32, acc64, mc, sc, m, s, xst, J)
+        _column_stats(xb, xbase, xsn, xsi, n, jn, TRUE, acc32, acc64, mc, sc, m, s, xst, J, -1, 0)
         for j in range(0, jn, W // 2):
             vstore_n(lg, j, log_f64(vload_n(s, j, jn - j, 1.0)), jn - j)
         for j in range(jn):
