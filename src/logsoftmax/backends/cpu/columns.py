@@ -638,8 +638,9 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     # inside this tile's sums (from L3), not after them
     piped = J > 1024 and LANE_MAJOR_ROWS < n <= CHUNK and g[8] == 1 and not staged
     # accurate lane-major tiles ask for the next tile during their sums
-    # instead (FETCH_TILE_BYTES)
-    sums_fetch = fetch and accurate and n <= LANE_MAJOR_ROWS and g[8] == 1
+    # instead (FETCH_TILE_BYTES; measured on Intel only, so AMD cores keep
+    # the write pass's, measured there)
+    sums_fetch = fetch and accurate and n <= LANE_MAJOR_ROWS and g[8] == 1 and not on_amd()
     for t in range(t0, t1):
         o, j0, jn = _tile_cols(t, ntile, J, ni, a)
         xbase, xsn, xsi = _tile_geom(g, 0, o, j0)
