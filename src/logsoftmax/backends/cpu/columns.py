@@ -686,14 +686,21 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
                 pf, _psn, _psi = _tile_geom(g, 0, o2, j2)
             _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m, s, xst, J,
                           pf, pjn)
+        # only the statistics pass 2 reads (forward_vec): the float32 ones
+        # for the fast path, 1/s for softmax
         for j in range(0, jn, W // 2):
             v = vload_n(s, j, jn - j, 1.0)
-            vstore_n(lg, j, log_f64(v), jn - j)
-            vstore_n(inv, j, 1.0 / v, jn - j)
-        for j in range(jn):
-            ma[j] = np.float32(m[j])
-            la[j] = np.float32(lg[j])
-            ia[j] = np.float32(inv[j])
+            if op == _LSM:
+                vstore_n(lg, j, log_f64(v), jn - j)
+            else:
+                vstore_n(inv, j, 1.0 / v, jn - j)
+        if not accurate:
+            for j in range(jn):
+                ma[j] = np.float32(m[j])
+                if op == _LSM:
+                    la[j] = np.float32(lg[j])
+                else:
+                    ia[j] = np.float32(inv[j])
         for c0 in range(0, n, CHUNK):
             cl = min(CHUNK, n - c0)
             buf, p, sn = _chunk_view(src, xbase, xsn, xsi, c0, cl, jn, xst, J)
