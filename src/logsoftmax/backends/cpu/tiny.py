@@ -133,6 +133,7 @@ _TRANSPOSE_MIN = 8
 #: prefetches cost 3-5% (an earlier form of the loop), so only outputs that
 #: stream (:data:`.alloc.STREAM_BYTES`) take them
 _AHEAD = 2
+_DIRECT = True
 
 _LSM = Op.LOG_SOFTMAX
 _ZERO = np.float32(0.0)
@@ -339,6 +340,50 @@ def _lane_tree(acc, half):
 def _forward_batch(xt, yt, n, op, accurate, acc32, acc64):
     """Forward of the transposed batch ``xt`` into ``yt``; returns whether
     every row's sum is finite (else not all results are the row kernels')."""
+    mx, m_lo, m_hi, b_lo, b_hi, b32, finite = _forward_stats(xt, n, op, accurate, acc32, acc64)
+    for k in range(n):
+        y = forward_vec(vload(xt, k * W), m_lo, m_hi, b_lo, b_hi, mx, b32, op, accurate)
+        vstore(yt, k * W, y)
+    return finite
+
+
+@njit(forceinline=True, error_model="numpy")
+def _forward_rows_direct(xb, ob, px, po, n, op, accurate, acc32, acc64, xt, st64, st32):
+    """The forward of a batch of ``W`` float32 rows of one vector each that
+    lie end to end (``xb[px:]``, ``ob[po:]``), its statistics from the
+    transposed block ``xt``: pass 2 runs on the rows as they lie, each with
+    its own row's statistics broadcast, instead of on the block and a
+    transpose back (the same arithmetic per element, so the same bits).
+    Returns :func:`_forward_batch`'s finiteness; writes nothing if a sum is
+    not finite. The transpose back is 64 shuffles a batch, on the port the
+    float64 arithmetic needs too. In-process A/B, numpy ``out=``, same bits
+    (Intel Xeon, LLVM rocketlake; not measured on AMD cores): float32 rows
+    of 16, 524288 rows 1.05-1.06x, 65536 rows 1.08x, 8192 rows (in cache)
+    1.03-1.06x."""
+    mx, m_lo, m_hi, b_lo, b_hi, b32, finite = _forward_stats(xt, n, op, accurate, acc32, acc64)
+    if not finite:
+        return False
+    vstore(st64, 0, m_lo)
+    vstore(st64, W // 2, m_hi)
+    vstore(st64, W, b_lo)
+    vstore(st64, W + W // 2, b_hi)
+    vstore(st32, 0, mx)
+    vstore(st32, W, b32)
+    for i in range(W):
+        m = splat(st64[i])
+        b = splat(st64[W + i])
+        y = forward_vec(vload(xb, px + i * n), m, m, b, b, splat(st32[i]), splat(st32[W + i]),
+                        op, accurate)
+        vstore(ob, po + i * n, y)
+    return True
+
+
+@njit(forceinline=True, error_model="numpy")
+def _forward_stats(xt, n, op, accurate, acc32, acc64):
+    """The per-row statistics of the transposed batch ``xt``: ``(mx, m_lo,
+    m_hi, b_lo, b_hi, b32, finite)``, the max (float32 and float64 halves),
+    ``log s`` or ``1/s`` (float64 halves and float32), and whether every
+    row's sum is finite."""
     wide_vectors()
     mx = vload(xt, 0)
     for k in range(1, n):
@@ -381,13 +426,10 @@ def _forward_batch(xt, yt, n, op, accurate, acc32, acc64):
         b_lo = 1.0 / s_lo
         b_hi = 1.0 / s_hi
     b32 = join_f32(b_lo, b_hi)
-    for k in range(n):
-        y = forward_vec(vload(xt, k * W), m_lo, m_hi, b_lo, b_hi, mx, b32, op, accurate)
-        vstore(yt, k * W, y)
     # every row's sum is finite (each <= 32) iff their total is: a NaN or
     # +inf lane makes it NaN or +inf
     total = reduce_add(s_lo + s_hi)
-    return total - total == 0.0
+    return mx, m_lo, m_hi, b_lo, b_hi, b32, total - total == 0.0
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -429,6 +471,10 @@ def _forward_tiny_rows(xb, ob, g, op, accurate, r0, r1, n):
     dense, ahead, net = _mode(g, n, 2, ob.itemsize)
     f32s, f64s, idxs = _scratch(n)
     run, xt, yt, acc32, acc64, idx = _blocks(f32s, f64s, idxs)
+    # direct: the statistics go through float64s past the tree's rows (W of
+    # them for rows of W) and the float32 block yt, which it does not use
+    st64, st32 = view(f64s, _K * W - 2 * W, 2 * W), yt
+    direct = _DIRECT and n == W and net and dense and xb.itemsize == 4 and ob.itemsize == 4
     i1, i2 = first_row(g, r0)
     for b0 in range(r0, r1, W):
         nb = min(W, r1 - b0)
@@ -436,7 +482,11 @@ def _forward_tiny_rows(xb, ob, g, op, accurate, r0, r1, n):
             _ahead(xb, g, 0, i1, i2, n, False)
             _ahead(ob, g, 1, i1, i2, n, True)
         _load_batch(xb, g, 0, i1, i2, nb, n, run, xt, idx, net, dense)
-        if _forward_batch(xt, yt, n, op, accurate, acc32, acc64):
+        if direct and nb == W:
+            if not _forward_rows_direct(xb, ob, row_at(g, 0, i1, i2), row_at(g, 1, i1, i2), n, op,
+                                        accurate, acc32, acc64, xt, st64, st32):
+                _forward_rows(xb, ob, g, op, accurate, i1, i2, nb, n)
+        elif _forward_batch(xt, yt, n, op, accurate, acc32, acc64):
             _store_batch(ob, g, 1, i1, i2, nb, n, yt, run, idx, net, dense)
         else:  # no store yet: the inputs are intact (in place too)
             _forward_rows(xb, ob, g, op, accurate, i1, i2, nb, n)
