@@ -133,7 +133,6 @@ _TRANSPOSE_MIN = 8
 #: prefetches cost 3-5% (an earlier form of the loop), so only outputs that
 #: stream (:data:`.alloc.STREAM_BYTES`) take them
 _AHEAD = 2
-_DIRECT = True
 
 _LSM = Op.LOG_SOFTMAX
 _ZERO = np.float32(0.0)
@@ -474,7 +473,7 @@ def _forward_tiny_rows(xb, ob, g, op, accurate, r0, r1, n):
     # direct: the statistics go through float64s past the tree's rows (W of
     # them for rows of W) and the float32 block yt, which it does not use
     st64, st32 = view(f64s, _K * W - 2 * W, 2 * W), yt
-    direct = _DIRECT and n == W and net and dense and xb.itemsize == 4 and ob.itemsize == 4
+    direct = n == W and net and dense and xb.itemsize == 4 and ob.itemsize == 4
     i1, i2 = first_row(g, r0)
     for b0 in range(r0, r1, W):
         nb = min(W, r1 - b0)
