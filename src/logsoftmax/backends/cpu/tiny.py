@@ -471,7 +471,10 @@ def _forward_tiny_rows(xb, ob, g, op, accurate, r0, r1, n):
     f32s, f64s, idxs = _scratch(n)
     run, xt, yt, acc32, acc64, idx = _blocks(f32s, f64s, idxs)
     # direct: the statistics go through float64s past the tree's rows (W of
-    # them for rows of W) and the float32 block yt, which it does not use
+    # them for rows of W) and the float32 block yt, which it does not use.
+    # Rows of 2 W too: float32 forward n = 32, 2 threads, 2**23 elements,
+    # tiny 3.65 ms against the row kernel's 3.45 (benchmarks/tiny_rows.py
+    # --kernels), so they stay with the row kernel (FORWARD_MAX_ACCURATE)
     st64, st32 = view(f64s, _K * W - 2 * W, 2 * W), yt
     direct = n == W and net and dense and xb.itemsize == 4 and ob.itemsize == 4
     i1, i2 = first_row(g, r0)
