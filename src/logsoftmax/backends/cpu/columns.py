@@ -248,7 +248,7 @@ _WIDE_AHEAD = 16
 #: 64x64x112x112 axis 1 float32 1.17-1.27x, 64x64x56x56 1.02-1.09x,
 #: 64x128x56x56 1.00-1.04x, 64x32x112x112 1.06x; tiles that do not stream
 #: 0.97-0.99 (A/A 0.99-1.01). Asking for a strip's rows all at once instead
-#: read 1.04x better at 64 rows but 0.80x at 128 (64x128x56x56).
+#: read 1.02-1.04x better at 64 rows but 0.80-0.83x at 128 (64x128x56x56).
 FETCH_TILE_BYTES = 1 << 19
 
 
@@ -467,7 +467,7 @@ def _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, pf,
             m64h = hi_f64(m)
             for lane_ in range(used):
                 # two loops, not a test in one: the test cost in-cache tiles
-                # 6-12% (in-process A/B)
+                # 4-12% (in-process A/B)
                 if pfj >= 0:
                     al, ah = _lane_sums64(xb, p, sn, cl, jn, j, lane_, m64l, m64h, True, pfj)
                 else:
