@@ -801,7 +801,8 @@ def test_tiny_rows_in_place_out_and_threads(n):
     """Tiny rows through the backend: allocating, into a shifted ``out``, in
     place, on one thread and two (tasks that split a batch), forward and
     backward: one set of bits, the row kernels' (row by row); rows of 16 go
-    into and out of the transposes straight from their rows. These n take
+    into the transposes straight from their rows, and the forward writes
+    them as they lie (``tiny._forward_rows_direct``). These n take
     ``tiny.forward_tiny`` (the backward: ``backward_tiny`` up to 12, the row
     kernel at 24)."""
     from logsoftmax.backends.cpu import rows, tiny

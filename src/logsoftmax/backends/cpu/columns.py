@@ -244,11 +244,13 @@ _WIDE_AHEAD = 16
 #: Accurate tiles summed lane-major ask during their float64 sums instead,
 #: a line of the next tile's strip per row summed (the sums touch no
 #: memory; the write pass streams): Intel Xeon (LLVM rocketlake), in-process
-#: A/B against asking in the write pass, numpy ``out=``, same bits:
-#: 64x64x112x112 axis 1 float32 1.17-1.27x, 64x64x56x56 1.02-1.09x,
-#: 64x128x56x56 1.00-1.04x, 64x32x112x112 1.06x; tiles that do not stream
-#: 0.97-0.99 (A/A 0.99-1.01). Asking for a strip's rows all at once instead
-#: read 1.02-1.04x better at 64 rows but 0.80-0.83x at 128 (64x128x56x56).
+#: A/B against asking in the write pass (the same tree with ``sums_fetch``
+#: off), numpy ``out=``, same bits, two runs: 64x64x112x112 axis 1 float32
+#: 1.24-1.26x, 64x32x112x112 1.15-1.17x, 64x64x56x56 1.09-1.10x,
+#: 64x128x56x56 1.08-1.10x; 16x64x28x28 (does not stream: the same code)
+#: 0.96-1.00. Asking for a strip's rows all at once read 1.02-1.04x better
+#: at 64 rows than a row at a time with the test in the loop, but 0.80-0.83x
+#: at 128 (64x128x56x56).
 FETCH_TILE_BYTES = 1 << 19
 
 

@@ -32,7 +32,9 @@ the runs' spread.
 
 Whole batches of float32 rows that lie end to end skip the scratch run:
 the transposes read their rows straight from the buffer (and, for rows of
-16 or 32, write them straight back): :func:`_rows_straight`.
+32 and the backward's rows of 16, write them straight back):
+:func:`_rows_straight`; the forward's rows of 16 take pass 2 on the rows
+themselves (:func:`_forward_rows_direct`).
 In-process A/B on the AMD EPYC (LLVM znver5), 2 threads, 2**23 elements
 (``python benchmarks/ab_inprocess.py --old <worktree>``), old / new: float32
 forward rows of 16 1.18x, 12 1.29x, 8 1.06x; bfloat16 (not taken)
