@@ -284,7 +284,7 @@ def test_thread_count_and_row_split_deterministic(shape):
     "dtype, n, threads",
     [(F32, 32_771, 1), (F32, 300, 1), (F32, 100, 1), (F32, 24, 1), (BF16, 32_771, 1),
      (BF16, 112, 1), (F16, 300, 1), (F32, 64, 2), (F32, 16, 2), (BF16, 40, 2),
-     (F32, 32, 2), (F32, 30, 1)],  # (rows of <= 32: batches of 64 rows)
+     (F32, 32, 2), (F32, 30, 1), (BF16, 32_771, 2)],  # (rows of <= 32: batches of 64 rows)
 )
 def test_streaming_stores_same_bits(dtype, n, threads):
     """Outputs of >= ``alloc.STREAM_BYTES`` go out by streaming stores
@@ -293,7 +293,11 @@ def test_streaming_stores_same_bits(dtype, n, threads):
     the same bits as the ordinary stores of smaller calls, at every
     alignment of ``out``, in place, forward and backward, softmax too. Rows
     of odd lengths start at every alignment; on two threads, two spans meet
-    inside a line."""
+    inside a line. Long rows (pipelined) off a line write the line one row
+    shares with the next as one streaming store, lanes taking either row's
+    statistics (in place, after both rows' elements there are read); on two
+    threads, the row where a task starts writes that line by ordinary
+    stores."""
     from logsoftmax.backends.cpu.alloc import STREAM_BYTES
 
     r = -(-STREAM_BYTES // (n * np.dtype(dtype).itemsize)) + 3

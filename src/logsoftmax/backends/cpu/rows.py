@@ -210,12 +210,17 @@ def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
     not hide entirely under the exponentials on this machine. Each row's
     arithmetic is the row-by-row loop's, so the bits are the same; in
     place, row ``r - 1`` is written after its own statistics pass and while
-    row ``r`` (other memory) is read."""
+    row ``r`` (other memory) is read. Rows end to end into an output off a
+    line: the line that row ``r - 1`` shares with row ``r`` waits for row
+    ``r``'s statistics and goes out whole (:func:`_write_joined`)."""
     wide_vectors()
     n = g[2]
     stream = streams(ob, g)
+    joined = stream and dense_rows(g, 0, n) and dense_rows(g, 1, n)  # (rows > CHUNK: long)
+    line = 64 // ob.itemsize
     xp = view(xb, row_offset(g, 0, r0), n)
     m, s = row_stats(xp, n, accurate)
+    pm32 = lp_prev = np.float32(0.0)
     for r in range(r0 + 1, r1):
         xs = view(xb, row_offset(g, 0, r), n)
         prev = view(ob, row_offset(g, 1, r - 1), n)
@@ -223,7 +228,12 @@ def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
         mp, lg, inv = m, row_log(s), 1.0 / s
         mp32, lp32 = np.float32(mp), np.float32(lg)
         h = max(head, 0)
-        write_forward(xp, prev, 0, min(h, n), op, accurate, mp, lg, inv)  # before the first line
+        if joined and head > 0 and r - 1 > r0:
+            at = (row_offset(g, 0, r - 1), row_offset(g, 1, r - 1))
+            _write_joined(xb, ob, at, line - head, pm32, lp_prev, mp32, lp32)
+        else:
+            write_forward(xp, prev, 0, min(h, n), op, accurate, mp, lg, inv)  # before the first line
+        cut = _joined_cut(n, head, line, joined)
         first = True
         for c0 in range(0, n, CHUNK):
             cl = min(n - c0, CHUNK)
@@ -233,16 +243,72 @@ def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
                 lo = min(c0 + h, n)
                 write_forward(xp, prev, lo, min(c0 + cl + h, n) - lo, op, accurate, mp, lg, inv)
             else:
-                sc = sum32_writing(xs, c0, cl, np.float32(mc), xp, prev, mp32, lp32, head, n)
+                sc = sum32_writing(xs, c0, cl, np.float32(mc), xp, prev, mp32, lp32, head, cut)
             if first:
                 m, s, first = mc, sc, False
             else:
                 m, s = merge(m, s, mc, sc)
         xp = xs
+        pm32, lp_prev = mp32, lp32
     os = view(ob, row_offset(g, 1, r1 - 1), n)
-    write_forward(xp, os, 0, n, op, accurate, m, row_log(s), 1.0 / s)
+    head = stream_head(os, 0) if stream else -1
+    if joined and head > 0 and r1 - 1 > r0:
+        at = (row_offset(g, 0, r1 - 1), row_offset(g, 1, r1 - 1))
+        _write_joined(xb, ob, at, line - head, pm32, lp_prev, np.float32(m), np.float32(row_log(s)))
+        write_forward(xp, os, head, n - head, op, accurate, m, row_log(s), 1.0 / s, 0)
+    else:
+        write_forward(xp, os, 0, n, op, accurate, m, row_log(s), 1.0 / s)
     if stream:
         sfence()  # the streamed lines are ordered before whatever follows
+
+
+@njit(forceinline=True, error_model="numpy")
+def _joined_cut(n, head, line, joined):
+    """Where a pipelined row's own writes stop: before its last partial line
+    when that line is written with the next row's first elements
+    (``joined``, :func:`_write_joined`), else at ``n``."""
+    if joined and head >= 0:
+        return n - (n - head) % line
+    return n
+
+
+@njit(forceinline=True, error_model="numpy")
+def _write_joined_backward(db, yb, ob, at, t, op, s_prev, s):
+    """:func:`_write_joined` for the backward: ``at``, where the next row
+    starts in ``db``, ``yb`` and ``ob``; ``s_prev``, ``s``: the two rows'
+    gradient sums."""
+    for q in range(0, 64 // ob.itemsize, W):
+        first = lanes_below(t - q)
+        s32 = where(first, splat(np.float32(s_prev)), splat(np.float32(s)))
+        ns32 = where(first, splat(np.float32(-s_prev)), splat(np.float32(-s)))
+        d = vload(db, at[0] - t + q)
+        y = vload(yb, at[1] - t + q)
+        vstore_nt(ob, at[2] - t + q, backward_vec(d, y, op, ns32, s32))
+
+
+@njit(forceinline=True, error_model="numpy")
+def _write_joined(xb, ob, at, t, pm, plg, m, lg):
+    """The line that a row's last ``t`` elements share with the next row's
+    first ones (rows end to end, the output off a line), by streaming
+    stores: lanes before ``at`` (where the next row starts in ``xb`` and
+    ``ob``) take the row's statistics ``pm``, ``plg``, the others the next
+    row's ``m``, ``lg`` (float32: the pipelined loop's fast path).
+
+    By ordinary stores from each row, that line is read from memory (for
+    ownership) while the streaming stores queue behind it: a scratch loop
+    of the pipelined forward that wrote one line a row by ordinary stores
+    took 18.5 ms against 17.5 ms without (4096x32000 bfloat16, 2 threads,
+    Intel Xeon, LLVM rocketlake). In-process A/B against writing the two
+    parts by ordinary stores, numpy ``out=`` (16 bytes past a line), same
+    bits: 4096x32000 bfloat16 forward 1.09-1.10x, backward 1.04-1.05x;
+    float32, float16 and longer rows (fewer rows, so fewer such lines)
+    0.98-1.01x. A bfloat16 forward into outputs at +0, +16 bytes from a
+    line now takes 18.5-18.7 ms either way (18.1 against 19.6 before)."""
+    for q in range(0, 64 // ob.itemsize, W):
+        first = lanes_below(t - q)
+        v = vload(xb, at[0] - t + q)
+        y = (v - where(first, splat(pm), splat(m))) - where(first, splat(plg), splat(lg))
+        vstore_nt(ob, at[1] - t + q, y)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -307,30 +373,46 @@ def _backward_pipelined(db, yb, ob, g, op, r0, r1, stream):
     Each row's sum and values are the row-by-row loop's, so the bits are
     the same; in place (``ob`` is ``db`` or ``yb``) each vector is read
     before its own line is written, and row ``r - 1`` is written while row
-    ``r`` (other memory) is read."""
+    ``r`` (other memory) is read. The line two rows share goes out whole,
+    as in :func:`_forward_pipelined` (:func:`_write_joined_backward`)."""
     wide_vectors()
     n = g[2]
     if stream and n <= CHUNK and _span_rows(ob, g, n, 3):
         _backward_span(db, yb, ob, g, op, r0, r1)
         return
+    joined = (stream and n * ob.itemsize >= STREAM_ROW_BYTES and dense_rows(g, 0, n)
+              and dense_rows(g, 1, n) and dense_rows(g, 2, n))
+    line = 64 // ob.itemsize
     i1, i2 = first_row(g, r0)
     dp = view(db, row_at(g, 0, i1, i2), n)
     yp = view(yb, row_at(g, 1, i1, i2), n)
     s = row_grad_sum(dp, yp, n, op)
-    for _ in range(r0 + 1, r1):
-        prev = view(ob, row_at(g, 2, i1, i2), n)
+    s_prev = 0.0
+    for r in range(r0 + 1, r1):
+        at = (row_at(g, 0, i1, i2), row_at(g, 1, i1, i2), row_at(g, 2, i1, i2))
+        prev = view(ob, at[2], n)
         i1, i2 = next_row(g, i1, i2)
         ds = view(db, row_at(g, 0, i1, i2), n)
         ys = view(yb, row_at(g, 1, i1, i2), n)
         head = _row_head(prev, n, stream)
         ns32, s32 = np.float32(-s), np.float32(s)
-        write_backward(dp, yp, prev, 0, min(max(head, 0), n), op, False, s)  # before the first line
-        s = 0.0  # chunk sums added in order, as row_grad_sum
+        if joined and head > 0 and r - 1 > r0:
+            _write_joined_backward(db, yb, ob, at, line - head, op, s_prev, s)
+        else:
+            write_backward(dp, yp, prev, 0, min(max(head, 0), n), op, False, s)  # before the first line
+        cut = _joined_cut(n, head, line, joined)
+        s_prev, s = s, 0.0  # chunk sums added in order, as row_grad_sum
         for c0 in range(0, n, CHUNK):
-            s += grad_sum_writing(ds, ys, c0, min(n - c0, CHUNK), op, dp, yp, prev, ns32, s32, head, n)
+            s += grad_sum_writing(ds, ys, c0, min(n - c0, CHUNK), op, dp, yp, prev, ns32, s32, head, cut)
         dp, yp = ds, ys
     os = view(ob, row_at(g, 2, i1, i2), n)
-    write_backward(dp, yp, os, 0, n, op, False, s, _row_head(os, n, stream))
+    head = _row_head(os, n, stream)
+    if joined and head > 0 and r1 - 1 > r0:
+        at = (row_at(g, 0, i1, i2), row_at(g, 1, i1, i2), row_at(g, 2, i1, i2))
+        _write_joined_backward(db, yb, ob, at, line - head, op, s_prev, s)
+        write_backward(dp, yp, os, head, n - head, op, False, s, 0)
+    else:
+        write_backward(dp, yp, os, 0, n, op, False, s, head)
     if stream:
         sfence()
 

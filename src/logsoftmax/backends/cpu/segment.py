@@ -258,7 +258,9 @@ def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n):
     the read side, on ``[c0 + head, c0 + cl + head)`` (cut at ``n``), so
     that it stays on 64-byte lines across chunks; the caller writes the
     row's first ``head`` elements, and the row's last partial line goes by
-    ordinary stores. A streaming store sends its line to memory without
+    ordinary stores (up to ``n``: a caller that writes that line with the
+    next row's first elements passes the end of the row's last whole line,
+    :func:`.rows._write_joined`). A streaming store sends its line to memory without
     reading it first: 4096x32000 float32, 2 threads, the forward took 41.2
     ms with ordinary stores and 30.7 with streaming ones
     (``benchmarks/vocab_limits.py``: the write pass alone 40.0 ms against
@@ -312,7 +314,12 @@ def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n):
         _put(os, j - 3 * W, y1, nt)
         _put(os, j - 2 * W, y2, nt)
         _put(os, j - W, y3, nt)
-    _store_range(os, ps, lo + k, hi, mp, lp)
+    a = lo + k
+    if nt:  # the window's last whole lines, which the 4-vector steps did not reach
+        while a < e:
+            vstore_nt(os, a, (vload(ps, a) - mp) - lp)
+            a += W
+    _store_range(os, ps, a, hi, mp, lp)
     return _sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3)  # the sum's last terms
 
 
@@ -595,11 +602,13 @@ def grad_sum_writing(ds, ys, c0, cl, op, pd, py, os, ns32, s32, head, n):
     memory-bound sum of the next row runs under the exp-bound writes of
     this one instead of after them. ``head``: as :func:`sum32_writing` (the
     store side ``head`` elements ahead, on whole lines; the caller writes
-    the row's first ``head`` elements)."""
+    the row's first ``head`` elements; ``n``: where the row's writes stop)."""
     wide_vectors()
     lo, hi, e = _store_window(os, c0, cl, head, n)
     k, j, a0, a1, a2, a3 = _grad_steps_writing(ds, ys, c0, c0 + cl, op, pd, py, os, lo, e,
                                                head >= 0, ns32, s32)
+    if head >= 0:  # the window's last whole lines, which the 2-vector steps did not reach
+        j = stream_backward(pd, py, os, j, e, op, ns32, s32)
     store_backward(pd, py, os, j, hi, op, ns32, s32)
     return _grad_sum_rest(ds, ys, k, c0 + cl, op, a0, a1, a2, a3)
 
