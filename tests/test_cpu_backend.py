@@ -284,7 +284,7 @@ def test_thread_count_and_row_split_deterministic(shape):
     "dtype, n, threads",
     [(F32, 32_771, 1), (F32, 300, 1), (F32, 100, 1), (F32, 24, 1), (BF16, 32_771, 1),
      (BF16, 112, 1), (F16, 300, 1), (F32, 64, 2), (F32, 16, 2), (BF16, 40, 2),
-     (F32, 32, 2), (F32, 30, 1), (BF16, 32_771, 2)],  # (rows of <= 32: batches of 64 rows)
+     (F32, 32, 2), (F32, 30, 1), (BF16, 32_771, 2), (F32, 2000, 2)],  # (rows of <= 32: batches of 64 rows)
 )
 def test_streaming_stores_same_bits(dtype, n, threads):
     """Outputs of >= ``alloc.STREAM_BYTES`` go out by streaming stores
@@ -594,16 +594,20 @@ def test_split_row_in_place_bit_identical(dtype):
     _with_threads(2, run)
 
 
-@pytest.mark.parametrize("dtype", [F32, dtypes.bfloat16], ids=dtypes.name_of)
-def test_pipelined_rows_match_rows_one_at_a_time(dtype):
-    """Long log_softmax rows are pipelined (row r's statistics pass writes row
-    r - 1): the same bits as each row alone, out of place and in place, with
-    a whole chunk of -inf, a single -inf, a NaN and an +inf among the rows."""
-    x = (np.random.default_rng(7).standard_normal((6, 9000)) * 3).astype(dtype)
-    x[1, :4096] = -np.inf
+@pytest.mark.parametrize(
+    "dtype, n", [(F32, 9000), (dtypes.bfloat16, 9000), (F32, 3000), (dtypes.bfloat16, 512)]
+)
+def test_pipelined_rows_match_rows_one_at_a_time(dtype, n):
+    """log_softmax rows on the fast path of at least ``rows.PIPELINE_MIN``
+    elements are pipelined (row r's statistics pass writes row r - 1): the
+    same bits as each row alone, out of place and in place, with a whole
+    chunk of -inf (all but one element, in rows of one chunk), a single
+    -inf, a NaN and an +inf among the rows."""
+    x = (np.random.default_rng(7).standard_normal((6, n)) * 3).astype(dtype)
+    x[1, : min(4096, n - 1)] = -np.inf
     x[2, 17] = -np.inf
-    x[3, 8999] = np.nan
-    x[4, 5000] = np.inf
+    x[3, n - 1] = np.nan
+    x[4, n * 5 // 9] = np.inf
     alone = np.concatenate([_fwd("log_softmax", x[r:r + 1], 1) for r in range(6)])
 
     def run():

@@ -290,7 +290,7 @@ class CpuBackend(Backend):
 
         else:
             nrows = n1 * n2
-            short = lay.unit_rows and n <= segment.CHUNK
+            short = lay.unit_rows and n <= segment.CHUNK and not rows.pipelined(n, int(op), accurate)
             splittable = lay.unit_rows and n > 2 * segment.CHUNK
             nch = -(-n // segment.CHUNK)
 

@@ -66,6 +66,8 @@ from .segment import (
 _LSM = Op.LOG_SOFTMAX
 
 __all__ = [
+    "PIPELINE_MIN",
+    "pipelined",
     "forward_range",
     "forward_parallel",
     "forward_short",
@@ -84,6 +86,18 @@ __all__ = [
 #: misaligned ``out=``: 31.2 ms in the stop before, 35.3 streamed; rows of
 #: 1536 B, 8x16x384x384 axis 3: 10.0 -> 8.1-8.9)
 STREAM_ROW_BYTES = 512
+
+#: log_softmax rows of at least this many elements on the fast path (16-bit
+#: results at any length, float32 past ``segment.SHORT``) are pipelined
+#: (:func:`_forward_pipelined`); shorter ones take :func:`forward_short`'s
+#: batches. In-process A/B, pipelined / batches, 2 threads, numpy ``out=``,
+#: same bits (Intel Xeon, LLVM rocketlake): float32 32768x4000 1.50x,
+#: 87381x1500 1.45x, 1000x2000 (in cache) 1.37x, 64x4096 1.20x; bfloat16
+#: 32768x4000 1.47x, 65536x2048 1.43x, 131072x1024 1.25x, 262144x512
+#: 1.08-1.09x, 2000x512 (in cache) 1.03x, 299593x448 0.99x, 349525x384
+#: 0.97x, 524288x256 0.90x, rows of 128 0.67x; float16 174762x768 1.48x.
+#: (Before, only rows of more than a chunk were pipelined.)
+PIPELINE_MIN = 512
 
 #: elements ahead that short rows ask for in the accurate backward (rows of
 #: one line, :func:`_backward_short_rows`; rows of 17-36,
@@ -216,7 +230,7 @@ def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
     wide_vectors()
     n = g[2]
     stream = streams(ob, g)
-    joined = stream and dense_rows(g, 0, n) and dense_rows(g, 1, n)  # (rows > CHUNK: long)
+    joined = stream and dense_rows(g, 0, n) and dense_rows(g, 1, n)  # (rows of many lines)
     line = 64 // ob.itemsize
     xp = view(xb, row_offset(g, 0, r0), n)
     m, s = row_stats(xp, n, accurate)
@@ -260,6 +274,12 @@ def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
         write_forward(xp, os, 0, n, op, accurate, m, row_log(s), 1.0 / s)
     if stream:
         sfence()  # the streamed lines are ordered before whatever follows
+
+
+@njit(forceinline=True, error_model="numpy")
+def pipelined(n, op, accurate):
+    """Whether unit-stride rows of ``n`` take :func:`_forward_pipelined`."""
+    return n >= PIPELINE_MIN and op == _LSM and not accurate
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -319,7 +339,7 @@ def forward_range(xb, ob, g, op, accurate, r0, r1):
     result is scattered back."""
     wide_vectors()
     n = g[2]
-    if (n > CHUNK and r1 - r0 > 1 and op == _LSM and not accurate
+    if (pipelined(n, op, accurate) and r1 - r0 > 1
             and row_step(g, 0) == 1 and row_step(g, 1) == 1):
         _forward_pipelined(xb, ob, g, op, accurate, r0, r1)
         return
@@ -656,7 +676,8 @@ def _write_span(xs, os, k, bstart, bend, n, op, accurate, m, lg, inv, final):
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def forward_short(xb, ob, g, op, accurate, r0, r1):
-    """:func:`forward_range` for unit-stride rows of ``n <= CHUNK``: the same
+    """:func:`forward_range` for unit-stride rows of ``n <= CHUNK`` (but not
+    those that :func:`pipelined` sends to :func:`forward_range`): the same
     arithmetic, run phase by phase over batches of :data:`BATCH` to
     :data:`BATCH_MAX` rows (all
     maxima, then all sums, then the logs as vectors, then all writes), so
