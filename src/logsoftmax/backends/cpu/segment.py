@@ -245,13 +245,18 @@ def _store_range(os, ps, a, b, mp, lp):
 
 
 @njit(forceinline=True, error_model="numpy")
-def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n):
+def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n, fold=False):
     """:func:`_sum32` of ``xs[c0:c0 + cl]`` that also writes the log_softmax
     of the previous row (``n`` elements) over the same columns, ``os = (ps
     - mp) - lp`` (float32 ``mp``, ``lp``), one output vector per input
     vector: the stores drain while the exponentials compute instead of in a
     burst of their own (see :func:`.rows.forward_range`). The sum is
     :func:`_sum32`'s, to the bit; the writes are :func:`write_forward`'s.
+    Returns ``(sum, next max)``: with ``fold``, the next chunk's
+    :func:`chunk_max` (to the bit: the same accumulators in the same
+    order), taken from the loads of this chunk's loop, and the next chunk
+    asked for two chunks ahead; ``-inf`` when there is no next chunk or
+    without ``fold``.
 
     ``head >= 0`` (from :func:`stream_head` of the row): the output goes by
     streaming stores, and the store side runs ``head`` elements ahead of
@@ -274,7 +279,16 @@ def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n):
     a1 = a0
     a2 = a0
     a3 = a0
-    ahead = c0 + CHUNK  # the next chunk, on its way in while this one computes
+    n0 = splat(_NINF)  # the next chunk's max (fold), chunk_max's accumulators
+    n1 = n0
+    n2 = n0
+    n3 = n0
+    nx = c0 + CHUNK
+    nl = min(xs.size - nx, CHUNK) if fold else 0
+    # the chunk on its way in while this one computes: the next one, or with
+    # fold (which reads the next one here) the one after it, so that every
+    # chunk of a row asks for memory a constant distance ahead
+    ahead = c0 + (2 * CHUNK if fold else CHUNK)
     nt = head >= 0
     lo, hi, e = _store_window(os, c0, cl, head, n)
     y0 = a0  # each step stores the step before's results, after its own loads
@@ -291,15 +305,24 @@ def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n):
         p1 = vload(ps, j + W)
         p2 = vload(ps, j + 2 * W)
         p3 = vload(ps, j + 3 * W)
+        step = k + 4 * W <= nl
+        if step:
+            n0 = vmax_x86(n0, vload(xs, nx + k))
         a0 = a0 + exp_f32_sum(vload(xs, i) - m)
         if k > 0:
             _put(os, j - 4 * W, y0, nt)
+        if step:
+            n1 = vmax_x86(n1, vload(xs, nx + k + W))
         a1 = a1 + exp_f32_sum(vload(xs, i + W) - m)
         if k > 0:
             _put(os, j - 3 * W, y1, nt)
+        if step:
+            n2 = vmax_x86(n2, vload(xs, nx + k + 2 * W))
         a2 = a2 + exp_f32_sum(vload(xs, i + 2 * W) - m)
         if k > 0:
             _put(os, j - 2 * W, y2, nt)
+        if step:
+            n3 = vmax_x86(n3, vload(xs, nx + k + 3 * W))
         a3 = a3 + exp_f32_sum(vload(xs, i + 3 * W) - m)
         if k > 0:
             _put(os, j - W, y3, nt)
@@ -320,7 +343,22 @@ def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n):
             vstore_nt(os, a, (vload(ps, a) - mp) - lp)
             a += W
     _store_range(os, ps, a, hi, mp, lp)
-    return _sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3)  # the sum's last terms
+    sum_ = _sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3)  # the sum's last terms
+    if nl <= 0:
+        return sum_, _NINF
+    # the next chunk's max from where the steps above stopped, in
+    # chunk_max's order (whole 4-vector steps, then the tail into n0)
+    k = min(k, nl // (4 * W) * (4 * W))
+    while k + 4 * W <= nl:
+        n0 = vmax_x86(n0, vload(xs, nx + k))
+        n1 = vmax_x86(n1, vload(xs, nx + k + W))
+        n2 = vmax_x86(n2, vload(xs, nx + k + 2 * W))
+        n3 = vmax_x86(n3, vload(xs, nx + k + 3 * W))
+        k += 4 * W
+    while k < nl:
+        n0 = vmax_x86(n0, vload_n(xs, nx + k, nl - k, _NINF))
+        k += W
+    return sum_, reduce_max(vmax_x86(vmax_x86(n0, n1), vmax_x86(n2, n3)))
 
 
 @njit(forceinline=True, error_model="numpy")
