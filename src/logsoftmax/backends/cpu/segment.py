@@ -155,11 +155,15 @@ def vmax_x86(a, b):
 def chunk_max(xs, c0, cl):
     """Exact max of ``xs[c0:c0 + cl]`` (float32; NaN: see :func:`vmax_x86`)."""
     wide_vectors()
-    m0 = splat(_NINF)
-    m1 = m0
-    m2 = m0
-    m3 = m0
-    k = 0
+    m = splat(_NINF)
+    return _max_rest(xs, c0, 0, cl, m, m, m, m)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _max_rest(xs, c0, k, cl, m0, m1, m2, m3):
+    """:func:`chunk_max` from its ``k``-th element on (``k`` a whole number
+    of 4-vector steps; accumulators given): the 4-vector steps, then the
+    tail into ``m0``."""
     while k + 4 * W <= cl:
         m0 = vmax_x86(m0, vload(xs, c0 + k))
         m1 = vmax_x86(m1, vload(xs, c0 + k + W))
@@ -346,19 +350,8 @@ def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n, fold=False):
     sum_ = _sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3)  # the sum's last terms
     if nl <= 0:
         return sum_, _NINF
-    # the next chunk's max from where the steps above stopped, in
-    # chunk_max's order (whole 4-vector steps, then the tail into n0)
-    k = min(k, nl // (4 * W) * (4 * W))
-    while k + 4 * W <= nl:
-        n0 = vmax_x86(n0, vload(xs, nx + k))
-        n1 = vmax_x86(n1, vload(xs, nx + k + W))
-        n2 = vmax_x86(n2, vload(xs, nx + k + 2 * W))
-        n3 = vmax_x86(n3, vload(xs, nx + k + 3 * W))
-        k += 4 * W
-    while k < nl:
-        n0 = vmax_x86(n0, vload_n(xs, nx + k, nl - k, _NINF))
-        k += W
-    return sum_, reduce_max(vmax_x86(vmax_x86(n0, n1), vmax_x86(n2, n3)))
+    # the next chunk's max from where the steps above stopped taking it
+    return sum_, _max_rest(xs, nx, min(k, nl // (4 * W) * (4 * W)), nl, n0, n1, n2, n3)
 
 
 @njit(forceinline=True, error_model="numpy")
