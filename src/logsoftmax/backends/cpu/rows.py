@@ -209,8 +209,9 @@ def row_stats(xs, n, accurate):
 
 @njit(forceinline=True, error_model="numpy")
 def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
-    """log_softmax of long unit-stride rows ``[r0, r1)``: the
-    statistics pass of row ``r`` writes row ``r - 1``'s result as it goes.
+    """log_softmax of unit-stride rows ``[r0, r1)`` of at least
+    :data:`PIPELINE_MIN` elements: the statistics pass of row ``r`` writes
+    row ``r - 1``'s result as it goes.
 
     Row by row, the statistics pass (read from memory, an exp per element)
     is compute-bound and the write pass memory-bound, and the forward took
@@ -267,8 +268,8 @@ def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
             m_next = np.float32(np.nan)
             if mc == -np.inf:  # rare: chunk_stats' rules, then the writes
                 mc, sc = chunk_stats(xs, c0, cl, accurate)
-                lo = min(c0 + h, n)
-                write_forward(xp, prev, lo, min(c0 + cl + h, n) - lo, op, accurate, mp, lg, inv)
+                lo = min(c0 + h, cut)
+                write_forward(xp, prev, lo, min(c0 + cl + h, cut) - lo, op, accurate, mp, lg, inv)
             elif fold:  # (the last chunk: no next one, the same prefetch distance)
                 sc, m_next = sum32_writing(xs, c0, cl, np.float32(mc), xp, prev, mp32, lp32, head,
                                            cut, True)
