@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
+from numba.extending import register_jitable
 
 from ._math import log_f64
 from ._simd import TRUE, keep, view, wide_vectors
@@ -258,14 +259,12 @@ def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
             write_forward(xp, prev, 0, min(h, n), op, accurate, mp, lg, inv)  # before the first line
         cut = _joined_cut(n, head, line, joined)
         first = True
-        m_next = np.float32(np.nan)  # no chunk's max taken ahead
+        ahead = False  # whether the last chunk's loop took this chunk's max (m_next)
+        m_next = np.float32(0.0)
         for c0 in range(0, n, CHUNK):
             cl = min(n - c0, CHUNK)
-            if m_next == m_next:
-                mc = np.float64(m_next)
-            else:
-                mc = np.float64(chunk_max(xs, c0, cl))
-            m_next = np.float32(np.nan)
+            mc = np.float64(m_next if ahead else chunk_max(xs, c0, cl))
+            ahead = False
             if mc == -np.inf:  # rare: chunk_stats' rules, then the writes
                 mc, sc = chunk_stats(xs, c0, cl, accurate)
                 lo = min(c0 + h, cut)
@@ -273,6 +272,7 @@ def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
             elif fold:  # (the last chunk: no next one, the same prefetch distance)
                 sc, m_next = sum32_writing(xs, c0, cl, np.float32(mc), xp, prev, mp32, lp32, head,
                                            cut, True)
+                ahead = True
             else:
                 sc, _ = sum32_writing(xs, c0, cl, np.float32(mc), xp, prev, mp32, lp32, head, cut)
             if first:
@@ -283,19 +283,24 @@ def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
         pm32, lp_prev = mp32, lp32
     os = view(ob, row_offset(g, 1, r1 - 1), n)
     head = stream_head(os, 0) if stream else -1
+    lg = row_log(s)
     if joined and head > 0 and r1 - 1 > r0:
         at = (row_offset(g, 0, r1 - 1), row_offset(g, 1, r1 - 1))
-        _write_joined(xb, ob, at, line - head, pm32, lp_prev, np.float32(m), np.float32(row_log(s)))
-        write_forward(xp, os, head, n - head, op, accurate, m, row_log(s), 1.0 / s, 0)
+        _write_joined(xb, ob, at, line - head, pm32, lp_prev, np.float32(m), np.float32(lg))
+        write_forward(xp, os, head, n - head, op, accurate, m, lg, 1.0 / s, 0)
     else:
-        write_forward(xp, os, 0, n, op, accurate, m, row_log(s), 1.0 / s)
+        write_forward(xp, os, 0, n, op, accurate, m, lg, 1.0 / s)
     if stream:
         sfence()  # the streamed lines are ordered before whatever follows
 
 
-@njit(forceinline=True, error_model="numpy")
+@register_jitable
 def pipelined(n, op, accurate):
-    """Whether unit-stride rows of ``n`` take :func:`_forward_pipelined`."""
+    """Whether unit-stride rows of ``n`` take :func:`_forward_pipelined`.
+    Plain Python where the backend plans a call, inlined in the kernels: as
+    an ``njit`` function its first call from Python compiled it in every
+    process (numba does not cache it): a fresh process's first call on
+    64x2000 float32 took 0.49-0.50 s, now 0.41 s (three processes each)."""
     return n >= PIPELINE_MIN and op == _LSM and not accurate
 
 
@@ -338,8 +343,9 @@ def _write_joined(xb, ob, at, t, pm, plg, m, lg):
     Intel Xeon, LLVM rocketlake). In-process A/B against writing the two
     parts by ordinary stores, numpy ``out=`` (16 bytes past a line), same
     bits: 4096x32000 bfloat16 forward 1.09-1.10x, backward 1.04-1.05x;
-    float32, float16 and longer rows (fewer rows, so fewer such lines)
-    0.98-1.01x. A bfloat16 forward into outputs at +0, +16 bytes from a
+    float32 4096x32000, float16 1024x128256, 512x50257, 256x128256 and
+    1024x32000 0.98-1.01x (why float32 with as many rows does not gain is
+    not measured). A bfloat16 forward into outputs at +0, +16 bytes from a
     line now takes 18.5-18.7 ms either way (18.1 against 19.6 before)."""
     for q in range(0, 64 // ob.itemsize, W):
         first = lanes_below(t - q)

@@ -343,9 +343,7 @@ def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n, fold=False):
         _put(os, j - W, y3, nt)
     a = lo + k
     if nt:  # the window's last whole lines, which the 4-vector steps did not reach
-        while a < e:
-            vstore_nt(os, a, (vload(ps, a) - mp) - lp)
-            a += W
+        a = stream_forward(ps, os, a, e, _LSM, False, 0.0, 0.0, mp, lp)
     _store_range(os, ps, a, hi, mp, lp)
     sum_ = _sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3)  # the sum's last terms
     if nl <= 0:
