@@ -13,7 +13,7 @@ numba compiles everything that call needs and nothing else) and reports the
 wall time of that first call, import excluded; then once more against the
 cache it just wrote (the warm first call of a later process).
 
-    python benchmarks/compile_time.py [--tree PATH] [--dtypes f32,bf16]
+    python benchmarks/compile_time.py [--tree PATH] [--dtypes f32,bf16] [--only out=,short]
 
 ``--tree`` times another checkout's ``src`` (e.g. a ``git worktree`` of an
 older commit) with this script, for a before/after in one run. Prints only.
@@ -32,6 +32,7 @@ from pathlib import Path
 #: (label, the call): shapes that take each kernel family of the backend
 CASES = {
     "forward, short rows (64x100)": "L.log_softmax(x(64, 100))",
+    "forward, short rows, out= (64x100)": "L.log_softmax(x(64, 100), out=x(64, 100))",
     "forward, short rows, parallel (4096x100)": "L.log_softmax(x(4096, 100))",
     "forward, long rows (4x5000)": "L.log_softmax(x(4, 5000))",
     "forward, long rows, parallel (400x5000)": "L.log_softmax(x(400, 5000))",
@@ -70,7 +71,9 @@ def main(argv=None) -> None:
     ap.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1],
                     help="checkout whose src/ is timed (default: this one)")
     ap.add_argument("--dtypes", default="f32,bf16")
+    ap.add_argument("--only", default="", help="comma-separated substrings of the case labels")
     args = ap.parse_args(argv)
+    only = [w for w in args.only.split(",") if w]
     src = args.tree / "src"
     print(f"tree: {args.tree}; one fresh process per case, empty NUMBA_CACHE_DIR")
     print(f"{'case':46s} {'dtype':5s} {'cold s':>8s} {'warm s':>8s}")
@@ -78,6 +81,8 @@ def main(argv=None) -> None:
     t0 = time.perf_counter()
     for dtype in args.dtypes.split(","):
         for label, call in CASES.items():
+            if only and not any(w in label for w in only):
+                continue
             with tempfile.TemporaryDirectory(prefix="nbcache_") as cache:
                 cold = first_call(src, dtype, call, Path(cache))
                 warm = first_call(src, dtype, call, Path(cache))

@@ -1,5 +1,7 @@
-"""Where the fixed cost of a small call goes: the ``out=`` checks against the
-``np.empty`` they replace, and the layers between the front door and the
+"""Where the fixed cost of a small call goes: the ``out=`` checks in Python
+(the general path's) against the ``np.empty`` an allocating call pays, the
+compiled entry that checks a small call's ``out`` instead
+(``backends/cpu/into.py``), and the layers between the front door and the
 kernel (8-element float32 row, one thread); then ``out=`` against
 allocating, forward and backward, side by side.
 
@@ -46,21 +48,27 @@ def main() -> int:
     logsoftmax.log_softmax(x)
     logsoftmax.log_softmax(x, out=out)
 
-    def out_checks():  # what _api._fast_forward checks for a separate out=
+    def out_checks():  # the general path's Python checks of a separate out=
         return (
             type(out) is nd and ((out.base is None and x.base is None) or _api._apart(out, x))
         ) and out.flags.writeable
 
     lsm = int(Op.LOG_SOFTMAX)
     shape = x.shape  # (the backend has the input's shape tuple at hand)
+    run = cpu._plans[(lsm, x.shape, x.strides, dt, dt, 0)]
     rows = [
-        ("out= checks in the front door (type, overlap, writeable)", out_checks),
-        ("out= checks in the backend (shape, dtype)", lambda: out.shape != shape or out.dtype != dt),
-        ("out.strides (what out= adds to the backend's plan key)", lambda: out.strides),
+        ("out= checks in Python (type, overlap, writeable)", out_checks),
+        ("out= checks in Python, the backend's (shape, dtype)",
+         lambda: out.shape != shape or out.dtype != dt),
+        ("out.strides (what out= adds to the plan key in Python)", lambda: out.strides),
         ("np.empty of the result (what out= saves)", lambda: np.empty((8,), np.float32)),
+        ("the plan's compiled entry, out= (checks in it)", lambda: run.into(x, out)),
+        ("the plan, allocating", lambda: run(x, None)),
+        ("the plan, out= checked in Python", lambda: run(x, out)),
         ("front door fast path, out=", lambda: _api._fast_forward(lsm, x, -1, out)),
         ("front door fast path, allocating", lambda: _api._fast_forward(lsm, x, -1, None)),
-        ("backend call, out=", lambda: cpu.forward(lsm, x, 0, out, dt)),
+        ("backend call, out= (compiled checks)", lambda: cpu.forward_into(lsm, x, 0, out, dt)),
+        ("backend call, out= (Python checks)", lambda: cpu.forward(lsm, x, 0, out, dt)),
         ("backend call, allocating", lambda: cpu.forward(lsm, x, 0, None, dt)),
         ("log_softmax(x, out=out)", lambda: logsoftmax.log_softmax(x, out=out)),
         ("log_softmax(x)", lambda: logsoftmax.log_softmax(x)),

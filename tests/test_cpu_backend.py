@@ -1502,6 +1502,108 @@ def test_backend_call_declines_an_out_or_dst_of_another_shape_or_dtype():
         logsoftmax.log_softmax_backward(x, y.astype(np.float16))
 
 
+@pytest.mark.parametrize("dtype,shape,axis", [
+    *[(F32, s, a) for s, a in (((1, 8), -1), ((40, 10), 1), ((64, 10), 0), ((2, 3000), 1),
+                               ((7,), 0), ((4, 16, 5), 1))],
+    (BF16, (40, 10), 1), (BF16, (64, 10), 0), (F16, (40, 10), 1),
+])
+def test_unchecked_out_checked_in_compiled_code(monkeypatch, dtype, shape, axis):
+    """Small C-contiguous calls check ``out`` in compiled code (backends/cpu/
+    into.py), not with the front door's Python checks: with those made to
+    fail, a fitting ``out`` (a view, which sends the Python checks to their
+    overlap test), ``x`` itself and, backward, ``diff_dst`` or ``dst`` itself
+    still get the allocating call's bits; short rows, long rows and
+    columns."""
+    import logsoftmax._api as api
+
+    rng = np.random.default_rng(20)
+    x = rng.standard_normal(shape).astype(dtype)
+    d = rng.standard_normal(shape).astype(dtype)
+    y = logsoftmax.log_softmax(x, axis)
+    dx = logsoftmax.log_softmax_backward(d, y, axis)
+
+    def refuse(*args):
+        raise AssertionError("the Python out= checks ran")
+
+    monkeypatch.setattr(api, "_apart", refuse)
+    view = np.empty(x.size + 3, dtype)[3:].reshape(shape)
+    assert logsoftmax.log_softmax(x, axis, out=view) is view
+    assert np.array_equal(bits(view), bits(y))
+    xi = x.copy()
+    assert logsoftmax.log_softmax(xi, axis, out=xi) is xi
+    assert np.array_equal(bits(xi), bits(y))
+    view[...] = 0
+    assert logsoftmax.log_softmax_backward(d, y, axis, out=view) is view
+    assert np.array_equal(bits(view), bits(dx))
+    for which in ("diff_dst", "dst"):
+        di, yi = d.copy(), y.copy()
+        o = di if which == "diff_dst" else yi
+        assert logsoftmax.log_softmax_backward(di, yi, axis, out=o) is o
+        assert np.array_equal(bits(o), bits(dx)), which
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_unchecked_out_refused_untouched(dtype):
+    """What the compiled check refuses goes to the general path, which raises
+    API.md's error; nothing was written: read-only, partly overlapping, of
+    another dtype (bfloat16 and float16 share a storage width), shape or
+    rank, forward and backward (``dst`` of another shape too)."""
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((4, 8)).astype(dtype)
+    y = logsoftmax.log_softmax(x)
+    other = F16 if dtype == BF16 else F64
+    ro = np.full((4, 8), 3, dtype)
+    ro.setflags(write=False)
+    buf = np.full(40, 3, dtype)
+    xs = buf[:32].reshape(4, 8)
+    xs[...] = x
+    before = buf.copy()
+    wrong = [(ro, ValueError), (np.full((4, 8), 3, other), TypeError),
+             (np.full((8, 4), 3, dtype), ValueError), (np.full((2, 16), 3, dtype), ValueError),
+             (np.full((32,), 3, dtype), ValueError), (np.full((1, 4, 8), 3, dtype), ValueError)]
+    if dtype == BF16:
+        wrong.append((np.full((4, 8), 3, np.uint16), TypeError))
+    for out, err in wrong:
+        kept = out.copy()
+        with pytest.raises(err):
+            logsoftmax.log_softmax(x, out=out)
+        with pytest.raises(err):
+            logsoftmax.log_softmax_backward(x, y, out=out)
+        assert np.array_equal(bits(out), bits(kept)), (out.shape, out.dtype)
+    with pytest.raises(ValueError, match="overlap"):
+        logsoftmax.log_softmax(xs, out=buf[4:36].reshape(4, 8))
+    with pytest.raises(ValueError, match="overlap"):
+        logsoftmax.log_softmax_backward(x, xs, out=buf[8:40].reshape(4, 8))
+    assert np.array_equal(bits(buf), bits(before))
+    y2 = np.tile(y, (2, 1))[:4 * 2:2]  # y's shape, another array's strides
+    with pytest.raises(ValueError):
+        logsoftmax.log_softmax_backward(x, y.reshape(8, 4), out=np.empty_like(x))
+    assert logsoftmax.log_softmax_backward(x, y2, out=np.empty_like(x)).shape == (4, 8)
+
+
+def test_into_entries_refuse_unfit_types_without_the_kernel():
+    """An ``out`` the compiled check cannot take gets a function that returns
+    False and never types the kernel: no kernel signature with a read-only,
+    non-contiguous or float64 output appears (each would cost the kernel's
+    ~10 s compile), and nothing is written."""
+    from numba import types
+
+    from logsoftmax.backends.cpu import columns, into, rows
+
+    x = np.zeros((2, 8), F32)
+    g = np.zeros(14, np.int64)
+    ro = np.zeros((2, 8), F32)
+    ro.setflags(write=False)
+    for out in (np.zeros((2, 8), F32)[:, ::-1], np.zeros((2, 8), F64), ro):
+        assert not into.forward_short(x, out, g, 0, True, 0, 2, ())
+        assert not into.backward_tiles(x, x, out, g, 0, True, 16, 0, (-1,))
+    assert not np.any(ro)
+    for kernel, out_arg in ((rows.forward_short, 1), (columns.backward_tiles, 2)):
+        for sig in kernel.signatures:
+            ob = sig[out_arg]
+            assert ob.mutable and ob.layout == "C" and ob.dtype != types.float64, sig
+
+
 def test_plans_of_outs_of_one_shape_and_other_strides():
     """Plans are cached per call signature, ``out``'s strides included: a
     C-contiguous ``out`` whose length-1 dimension has an odd stride, and

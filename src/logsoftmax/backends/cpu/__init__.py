@@ -31,7 +31,10 @@ dict lookup, the flat views of its arrays and the kernel call (fixed cost
 measured in docs/performance.md). A call whose ``dst`` or ``out`` does not
 have the input's shape and dtype returns None: the front door's fast path
 leaves those checks here, where the input's shape is at hand (~0.1 us of an
-``out=`` call), and takes its general path, which raises the error.
+``out=`` call), and takes its general path, which raises the error. A small
+C-contiguous call with an ``out`` nobody has checked yet goes to
+:meth:`CpuBackend.forward_into` (``backward_into``): the allocating call's
+plan, whose :mod:`.into` entry checks ``out`` in compiled code.
 
 Problems under ``SERIAL_MAX`` elements (or with one numba thread) run the
 serial forms of the kernels (same bits): waking numba's thread pool costs more
@@ -186,9 +189,11 @@ def _flat(a, st):
 def _small_call(run, mod, name, size, shape, in_dt, dtype, g, args):
     """``run`` for big calls; small ones (under ``SERIAL_MAX``) call the
     serial kernel ``mod.name`` directly on flat views (looked up per call:
-    tests swap kernels and ``SERIAL_MAX`` at run time)."""
+    tests swap kernels and ``SERIAL_MAX`` at run time). Its ``into``: the
+    same for an ``out`` the front door has not checked (:mod:`.into`)."""
     sx = None if storage_dtype(in_dt) == in_dt else storage_dtype(in_dt)
     so = None if storage_dtype(dtype) == dtype else storage_dtype(dtype)
+    entry, tail = _entry(name, args)
 
     def small(x, out):
         if size >= SERIAL_MAX:
@@ -197,6 +202,16 @@ def _small_call(run, mod, name, size, shape, in_dt, dtype, g, args):
         getattr(mod, name)(_flat(x, sx), _flat(res, so), g, *args)
         return res
 
+    def into(x, out):  # x.size < SERIAL_MAX: checked by the caller
+        if sx is None:
+            done = entry(x, out, g, *tail)
+        elif out.dtype is not dtype:  # the storage view would hide it
+            return None
+        else:
+            done = entry(x.view(sx), out.view(so), g, *tail)
+        return out if done else None
+
+    small.into = into
     return small
 
 
@@ -204,6 +219,7 @@ def _small_call2(run, mod, name, size, shape, in_dt, dtype, g, args):
     """:func:`_small_call` for the backward (two inputs)."""
     sx = None if storage_dtype(in_dt) == in_dt else storage_dtype(in_dt)
     so = None if storage_dtype(dtype) == dtype else storage_dtype(dtype)
+    entry, tail = _entry(name, args)
 
     def small(d, y, out):
         if size >= SERIAL_MAX:
@@ -212,7 +228,33 @@ def _small_call2(run, mod, name, size, shape, in_dt, dtype, g, args):
         getattr(mod, name)(_flat(d, sx), _flat(y, sx), _flat(res, so), g, *args)
         return res
 
+    def into(d, y, out):
+        if sx is None:
+            done = entry(d, y, out, g, *tail)
+        elif out.dtype is not dtype or y.dtype is not in_dt:
+            return None
+        else:
+            done = entry(d.view(sx), y.view(sx), out.view(so), g, *tail)
+        return out if done else None
+
+    small.into = into
     return small
+
+
+def _with_into(run):
+    """``run`` with an ``into`` (None: the plan has no unchecked-``out`` entry)."""
+    if not hasattr(run, "into"):
+        run.into = None
+    return run
+
+
+def _entry(name, args):
+    """The :mod:`.into` entry of kernel ``name`` and its trailing arguments
+    (the kernel's last one as a 1-tuple for the tile kernels, see there)."""
+    from . import into
+
+    tail = (*args, ()) if len(args) == 4 else (*args[:4], args[4:])
+    return getattr(into, name), tail
 
 
 class CpuBackend(Backend):
@@ -259,8 +301,23 @@ class CpuBackend(Backend):
             key = (op, shape, x.strides, x.dtype, dtype, axis, out.strides)
         run = self._plans.get(key)
         if run is None:
-            run = self._plans[key] = self._plan_forward(op, x, axis, out, np.dtype(dtype))
+            run = self._plans[key] = _with_into(self._plan_forward(op, x, axis, out, np.dtype(dtype)))
         return run(x, out)
+
+    def forward_into(self, op, x, axis, out, dtype):
+        """The forward into an ``out`` (an ndarray) that nobody has checked:
+        ``out``, or None where this cannot vouch for ``out`` (not a small
+        C-contiguous call of ``x``'s shape and dtype, read-only, overlapping
+        ``x``); nothing is written then. The allocating call's plan, whose
+        entry checks ``out`` in compiled code (:mod:`.into`)."""
+        if x.size >= SERIAL_MAX:
+            return None
+        key = (op, x.shape, x.strides, x.dtype, dtype, axis)
+        run = self._plans.get(key)
+        if run is None:
+            run = self._plans[key] = _with_into(self._plan_forward(op, x, axis, None, np.dtype(dtype)))
+        into = run.into
+        return None if into is None else into(x, out)
 
     def _plan_forward(self, op, x, axis, out, dtype):
         """The function that runs this call signature (module doc)."""
@@ -338,8 +395,26 @@ class CpuBackend(Backend):
             key = (op, shape, diff_dst.strides, dst.strides, in_dt, dtype, axis, out.strides)
         run = self._plans.get(key)
         if run is None:
-            run = self._plans[key] = self._plan_backward(op, diff_dst, dst, axis, out, np.dtype(dtype))
+            run = self._plans[key] = _with_into(
+                self._plan_backward(op, diff_dst, dst, axis, out, np.dtype(dtype))
+            )
         return run(diff_dst, dst, out)
+
+    def backward_into(self, op, diff_dst, dst, axis, out, dtype):
+        """:meth:`forward_into` for the backward (``dst`` unchecked too; ``out``
+        may be exactly ``diff_dst`` or ``dst``)."""
+        if diff_dst.size >= SERIAL_MAX:
+            return None
+        key = (op, diff_dst.shape, diff_dst.strides, dst.strides, diff_dst.dtype, dtype, axis)
+        run = self._plans.get(key)
+        if run is None:
+            if dst.shape != diff_dst.shape or dst.dtype != diff_dst.dtype:
+                return None
+            run = self._plans[key] = _with_into(
+                self._plan_backward(op, diff_dst, dst, axis, None, np.dtype(dtype))
+            )
+        into = run.into
+        return None if into is None else into(diff_dst, dst, out)
 
     def _plan_backward(self, op, diff_dst, dst, axis, out, dtype):
         if diff_dst.size == 0:
