@@ -3,8 +3,9 @@
 An ``out=`` call on a small array spent more on checking ``out`` in Python
 than an allocating call spends on ``np.empty``: ``out``'s dtype, shape,
 strides (in the plan key), ``flags.writeable`` and its overlap with the
-input, ~180 ns, against ~110 for the ``np.empty`` of a 1.7 us call (Intel
-Xeon, LLVM rocketlake; docs/performance.md, the ninth session). Numba's
+input, ~160 ns, against ~130 for the ``np.empty`` of a 1.6 us call (Intel
+Xeon, LLVM rocketlake; ``python benchmarks/fixed_cost.py``;
+docs/performance.md, the ninth session). Numba's
 dispatcher reads most of that anyway to pick the compiled function, since
 an array's dtype, rank, layout and read-only flag are part of its numba
 type. So each entry here takes the arrays whole and decides:
@@ -18,9 +19,10 @@ type. So each entry here takes the arrays whole and decides:
 * then the kernel on flat views of the same memory, and True.
 
 False sends the caller to the general path, which checks ``out`` in Python
-and raises the errors API.md names; nothing was written. The entries mirror
-the serial kernels' names and arguments, with whole arrays in place of the
-flat buffers, and run the same kernel: the same bits as any other call.
+and raises the errors API.md names; nothing was written. The entries bear
+the serial kernels' names and take their arguments, with whole arrays in
+place of the flat buffers and the last argument in a tuple (``c``), and run
+the same kernel: the same bits as any other call.
 
 Only C-contiguous native storage reaches them (the plan decides): float32,
 and float16/bfloat16 through their integer storage views, made by the
