@@ -7,7 +7,7 @@ name (``lsold``: a copy of its ``src/logsoftmax`` with the backend registry's
 module strings renamed) next to this tree's ``logsoftmax``, and times the
 two on the same arrays in alternating rounds. Each call writes into an
 output of its own library's allocation (``out=``; ``--numpy-out``: of
-``np.empty_like``), and each round repeats a
+``np.empty_like``; ``--allocating``: no ``out=``), and each round repeats a
 call for at least 20 ms.
 
     git worktree add /tmp/old <rev>
@@ -58,13 +58,21 @@ def import_old(src: Path):
     return importlib.import_module("lsold")
 
 
-def calls(lib, kind, x, dd, axis, numpy_out=False):
+def calls(lib, kind, x, dd, axis, numpy_out=False, allocating=False):
     """A no-argument call of ``lib`` on the problem, into ``lib``'s own output
-    (``numpy_out``: into an ``np.empty_like``, as a numpy user's ``out=``)."""
+    (``numpy_out``: into an ``np.empty_like``, as a numpy user's ``out=``;
+    ``allocating``: no ``out=``, the result kept for the bits check)."""
     out = np.empty_like(x) if numpy_out else lib.log_softmax(x, axis=axis)
+    y = lib.log_softmax(x, axis=axis)
+    if allocating:
+        def call():
+            out[...] = (lib.log_softmax(x, axis=axis) if kind == "fwd"
+                        else lib.log_softmax_backward(dd, y, axis=axis))
+        call()
+        return (lambda: lib.log_softmax(x, axis=axis)) if kind == "fwd" else (
+            lambda: lib.log_softmax_backward(dd, y, axis=axis)), out
     if kind == "fwd":
         return lambda: lib.log_softmax(x, axis=axis, out=out), out
-    y = lib.log_softmax(x, axis=axis)
     return lambda: lib.log_softmax_backward(dd, y, axis=axis, out=out), out
 
 
@@ -74,6 +82,8 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--numpy-out", action="store_true",
                     help="out= arrays from np.empty_like (16 bytes past a line), not the library's pool")
+    ap.add_argument("--allocating", action="store_true",
+                    help="time the allocating calls (no out=) instead")
     ap.add_argument("problems", nargs="*", default=DEFAULT)
     args = ap.parse_args(argv)
     import logsoftmax as new
@@ -89,7 +99,7 @@ def main(argv=None) -> None:
         dd = rng.standard_normal(shape, dtype=np.float32).astype(DTYPES[dt])
         fn, outs = {}, {}
         for tag, lib in (("new", new), ("old", old)):
-            fn[tag], outs[tag] = calls(lib, kind, x, dd, axis, args.numpy_out)
+            fn[tag], outs[tag] = calls(lib, kind, x, dd, axis, args.numpy_out, args.allocating)
             fn[tag]()
         same = np.array_equal(outs["new"].view(np.uint8), outs["old"].view(np.uint8))
         t = time.perf_counter()

@@ -199,7 +199,10 @@ def _small_call(run, mod, name, size, shape, in_dt, dtype, g, args):
         if size >= SERIAL_MAX:
             return run(x, out)
         res = np.empty(shape, dtype) if out is None else out
-        getattr(mod, name)(_flat(x, sx), _flat(res, so), g, *args)
+        if sx is so is None:  # ravel inline: two calls of _flat cost ~0.1 us
+            getattr(mod, name)(x.ravel(), res.ravel(), g, *args)
+        else:
+            getattr(mod, name)(_flat(x, sx), _flat(res, so), g, *args)
         return res
 
     def into(x, out):  # x.size < SERIAL_MAX: checked by the caller
@@ -225,7 +228,10 @@ def _small_call2(run, mod, name, size, shape, in_dt, dtype, g, args):
         if size >= SERIAL_MAX:
             return run(d, y, out)
         res = np.empty(shape, dtype) if out is None else out
-        getattr(mod, name)(_flat(d, sx), _flat(y, sx), _flat(res, so), g, *args)
+        if sx is so is None:
+            getattr(mod, name)(d.ravel(), y.ravel(), res.ravel(), g, *args)
+        else:
+            getattr(mod, name)(_flat(d, sx), _flat(y, sx), _flat(res, so), g, *args)
         return res
 
     def into(d, y, out):
