@@ -59,18 +59,15 @@ def import_old(src: Path):
 
 
 def calls(lib, kind, x, dd, axis, numpy_out=False, allocating=False):
-    """A no-argument call of ``lib`` on the problem, into ``lib``'s own output
-    (``numpy_out``: into an ``np.empty_like``, as a numpy user's ``out=``;
-    ``allocating``: no ``out=``, the result kept for the bits check)."""
-    out = np.empty_like(x) if numpy_out else lib.log_softmax(x, axis=axis)
+    """A no-argument call of ``lib`` on the problem and its output: into
+    ``lib``'s own output (``numpy_out``: into an ``np.empty_like``, as a numpy
+    user's ``out=``), or with no ``out=`` at all (``allocating``)."""
     y = lib.log_softmax(x, axis=axis)
     if allocating:
-        def call():
-            out[...] = (lib.log_softmax(x, axis=axis) if kind == "fwd"
-                        else lib.log_softmax_backward(dd, y, axis=axis))
-        call()
-        return (lambda: lib.log_softmax(x, axis=axis)) if kind == "fwd" else (
-            lambda: lib.log_softmax_backward(dd, y, axis=axis)), out
+        fn = ((lambda: lib.log_softmax(x, axis=axis)) if kind == "fwd"
+              else (lambda: lib.log_softmax_backward(dd, y, axis=axis)))
+        return fn, fn()
+    out = np.empty_like(x) if numpy_out else lib.log_softmax(x, axis=axis)
     if kind == "fwd":
         return lambda: lib.log_softmax(x, axis=axis, out=out), out
     return lambda: lib.log_softmax_backward(dd, y, axis=axis, out=out), out

@@ -24,13 +24,15 @@ the serial kernels' names and take their arguments, with whole arrays in
 place of the flat buffers and the last argument in a tuple (``c``), and run
 the same kernel: the same bits as any other call.
 
-Only C-contiguous native storage reaches them (the plan decides): float32,
-and float16/bfloat16 through their integer storage views, made by the
-caller after it checked ``out``'s dtype (a view would hide it).
+Only C-contiguous native storage reaches them (the plan decides, and
+:meth:`.CpuBackend.forward_into` sends an ``out`` whose strides differ from
+the input's elsewhere first): float32, and float16/bfloat16 through their
+integer storage views, made by the caller after it checked ``out``'s dtype
+(a view would hide it).
 
 Measured (``python benchmarks/fixed_cost.py``, 8 float32 elements): the
-entry with its checks 0.80 us, the kernel's plain small call 0.76; the
-``out=`` call 1.42 us against the allocating one's 1.58 (it was 1.62
+entry with its checks 0.79 us, the kernel's plain small call 0.78; the
+``out=`` call 1.44 us against the allocating one's 1.57 (it was 1.62
 against 1.58). The price is compile time: an entry links its kernel, so
 its first call on a cold cache compiles for ~4 s more (``python
 benchmarks/compile_time.py --only out=``: 17.4 s against 13.0 for a first
