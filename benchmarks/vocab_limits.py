@@ -16,6 +16,18 @@ decide whether that is reachable:
   forward reads ``x`` from memory once, computes an ``exp`` per element
   and writes ``y``; ours also takes each chunk's max and reads row
   ``r - 1`` again from L2 for its output, so it cannot beat this;
+* **the two-pass floor** (:func:`two_pass_floor`): the least any *exact*
+  forward of rows longer than L1 can do. ``y = x - lse`` needs the whole
+  row's sum before its first write, and a row of 32000 float32 (128 KB)
+  does not stay in L1 (48 KB), so each row is read from memory for its sum
+  (as the one-pass floor) and read again, from L2, for its write (``x - c``
+  by non-temporal stores: no max, no log). Four forms (:data:`TWO_PASS_FORMS`:
+  a row's sum then its write; the same with the write asking for the next
+  row; the write from the row's end, whose last part L1 still holds; and
+  row ``r - 1``'s write inside row ``r``'s sum, as our kernel pipelines
+  them), each with the source asked for 2048, 4096 or 8192 elements ahead.
+  If the fastest of them is below 80% of memcpy's speed, no exact forward
+  can meet that target on this CPU;
 * **our forward** (``log_softmax(x, out=y)``) on the same arrays, and its
   two passes alone: the row statistics (read ``x``, an exp per element)
   and the write pass (``y = x - m - log s``);
@@ -34,6 +46,11 @@ backward) against the arithmetic alone (in L2, one thread); where the
 arithmetic alone exceeds 80% of the copy's speed, no overlap with memory
 can meet that target.
 
+The last table (problems whose copy runs from the L3, as p09) also gives
+the two-pass floor's arithmetic alone, in L2 on one thread
+(:func:`floor_ns`): the least arithmetic of any exact forward, against the
+same 80% budget.
+
 Run: ``python benchmarks/vocab_limits.py [--repeat 9]`` (prints only).
 """
 
@@ -51,7 +68,16 @@ from numba import njit, prange
 import logsoftmax
 from logsoftmax.backends.cpu._math import exp_f32_sum
 from logsoftmax.backends.cpu._simd import wide_vectors
-from logsoftmax.backends.cpu._vec import W, prefetch_ahead, reduce_add, sfence, splat, vload, vstore_nt
+from logsoftmax.backends.cpu._vec import (
+    W,
+    prefetch_ahead,
+    reduce_add,
+    sfence,
+    splat,
+    vload,
+    vstore,
+    vstore_nt,
+)
 from logsoftmax.backends import Op
 from logsoftmax.backends.cpu.rows import forward_range, row_stats
 from logsoftmax.backends.cpu.segment import row_log, write_forward
@@ -124,6 +150,104 @@ def copy_exp(src, dst, nthreads):
         sfence()
         out[t] = reduce_add((a0 + a1) + (a2 + a3))
     return out
+
+
+@njit(forceinline=True)
+def _exp_block(src, i, c, a0, a1, a2, a3):
+    """``copy_exp``'s arithmetic on the ``4 W`` elements from ``i``."""
+    a0 = a0 + exp_f32_sum(vload(src, i) - c)
+    a1 = a1 + exp_f32_sum(vload(src, i + W) - c)
+    a2 = a2 + exp_f32_sum(vload(src, i + 2 * W) - c)
+    a3 = a3 + exp_f32_sum(vload(src, i + 3 * W) - c)
+    return a0, a1, a2, a3
+
+
+@njit(forceinline=True)
+def _write_block(src, dst, i, c, nt):
+    """``dst = src - c`` on the ``4 W`` elements from ``i`` (the least a
+    forward's write pass can do), by non-temporal stores if ``nt`` (the
+    output to memory) or ordinary ones (the output kept in cache)."""
+    for q in range(0, 4 * W, W):
+        if nt:
+            vstore_nt(dst, i + q, vload(src, i + q) - c)
+        else:
+            vstore(dst, i + q, vload(src, i + q) - c)
+
+
+#: the forms of :func:`two_pass_floor`
+TWO_PASS_FORMS = {
+    "a row's sum, then its write": 0,
+    "a row's sum, then its write, which asks for the next row ahead": 1,
+    "a row's sum, then its write from the row's end (its last 48 KB still in L1)": 2,
+    "pipelined: row r - 1's write inside row r's sum": 3,
+}
+
+
+@njit(forceinline=True)
+def _floor_rows(src, dst, n, r0, r1, form, ahead, nt):
+    """:func:`two_pass_floor` on rows ``[r0, r1)``: the sum of their terms."""
+    c = np.float32(4.0)
+    a0 = splat(np.float32(0.0))
+    a1 = a0
+    a2 = a0
+    a3 = a0
+    for r in range(r0, r1):
+        row = r * n
+        for i in range(row, row + n, 4 * W):
+            for q in range(0, 4 * W, W):
+                prefetch_ahead(src, i + ahead + q)
+            a0, a1, a2, a3 = _exp_block(src, i, c, a0, a1, a2, a3)
+            if form == 3 and r > r0:
+                _write_block(src, dst, i - n, c, nt)
+        if form == 0 or form == 1:
+            for i in range(row, row + n, 4 * W):
+                if form == 1 and r + 1 < r1:
+                    for q in range(0, 4 * W, W):
+                        prefetch_ahead(src, i + n + q)
+                _write_block(src, dst, i, c, nt)
+        elif form == 2:
+            for i in range(row + n - 4 * W, row - 1, -4 * W):
+                _write_block(src, dst, i, c, nt)
+    if form == 3 and r1 > r0:
+        for i in range((r1 - 1) * n, r1 * n, 4 * W):
+            _write_block(src, dst, i, c, nt)
+    if nt:
+        sfence()
+    return reduce_add((a0 + a1) + (a2 + a3))
+
+
+@njit(parallel=True)
+def two_pass_floor(src, dst, n, nthreads, form, ahead):
+    """The floor of any exact forward of rows too long for L1 (32000 float32
+    are 128 KB; L1d holds 48 KB): ``y = x - lse`` needs the whole row's sum
+    before the first write, so each row is read from memory once (with
+    :func:`copy_exp`'s arithmetic, its source asked for ``ahead`` elements
+    ahead) and **read again**, from L2, for the write (``x - c`` rounded to
+    the storage type by non-temporal stores: no max, no log). ``form``
+    (:data:`TWO_PASS_FORMS`): 0, a row's sum and then its write; 1, the
+    same with the write pass asking for the next row's lines; 2, the write
+    pass from the row's end backwards, where L1 still holds the last part
+    of the row; 3, row ``r - 1``'s write block by block inside row ``r``'s
+    sum, as our kernel interleaves them (``rows._forward_pipelined``).
+    ``src``/``dst``: float32, or bfloat16 bits as uint16."""
+    rows = src.size // n
+    out = np.zeros(nthreads, np.float32)
+    for t in prange(nthreads):
+        wide_vectors()
+        out[t] = _floor_rows(src, dst, n, t * rows // nthreads, (t + 1) * rows // nthreads, form, ahead,
+                             True)
+    return out
+
+
+@njit
+def _floor_loop(src, dst, n, reps):
+    """:func:`two_pass_floor`'s arithmetic (form 0, ordinary stores) on rows
+    that stay in cache, ``reps`` times, on the calling thread."""
+    wide_vectors()
+    s = np.float32(0.0)
+    for _ in range(reps):
+        s += _floor_rows(src, dst, n, 0, src.size // n, 0, 4096, False)
+    return s
 
 
 @njit(parallel=True)
@@ -211,6 +335,9 @@ def main(argv=None) -> int:
                 lambda: vector_copy_nt(xf, yf, 2, True),
             "copy that also sums exp of every element (one pass: the floor of any forward)":
                 lambda: copy_exp(xf, yf, 2),
+            **{f"two-pass floor, {name}, {ahead} ahead":
+               (lambda form=form, ahead=ahead: two_pass_floor(xf, yf, COLS, 2, form, ahead))
+               for name, form in TWO_PASS_FORMS.items() for ahead in (2048, 4096, 8192)},
             "read alone (a sum of x)": lambda: read_sum(xf, 2),
             "ours log_softmax out=": lambda: logsoftmax.log_softmax(x, out=y),
             "ours, pass 1 alone (row statistics)": lambda: pass1_only(x, m, s, 2),
@@ -225,10 +352,13 @@ def main(argv=None) -> int:
         print(f"| {name} | {t * 1e3:.1f} | {base / t:.0%} |")
     one_pass = next(t for name, t in big.items() if name.startswith("copy that also"))
     ours = big["ours log_softmax out="]
+    two_pass = min(t for name, t in big.items() if name.startswith("two-pass floor"))
     print(f"\nThe one-pass floor runs at {base / one_pass:.0%} of memcpy's speed, ours at "
           f"{base / ours:.0%} ({one_pass / ours:.0%} of the floor's speed). 80% of memcpy's "
           f"speed allows {base / 0.8 * 1e3:.1f} ms: {base / 0.8 / one_pass - 1:+.1%} on top of "
           f"the one streaming pass, for the max pass and the reread of each row from L2.")
+    print(f"The two-pass floor (its fastest form) runs at {base / two_pass:.0%} of "
+          f"memcpy's speed; ours at {two_pass / ours:.0%} of it.")
 
     ns1 = {r: in_cache_ns(r, 1, a.repeat) for r in (16, 64)}
     ns2 = in_cache_ns(64, 2, a.repeat)
@@ -335,6 +465,21 @@ def kernel_ns(dt, rows: int, n: int, repeat: int) -> float:
     return median_seconds({"k": lambda: _kernel_loop(xb, ob, g, reps)}, repeat)["k"] / reps / x.size * 1e9
 
 
+def floor_ns(dt, rows: int, n: int, repeat: int) -> float:
+    """:func:`two_pass_floor`'s arithmetic alone (its sum pass and its
+    write pass, one thread, ``rows x n`` elements of ``dt`` that stay in
+    cache), ns per element: the least arithmetic any exact forward does."""
+    import ml_dtypes
+
+    x = (np.random.default_rng(4).standard_normal((rows, n)) * 3).astype(dt)
+    storage = {np.dtype(ml_dtypes.bfloat16): np.uint16}
+    xb = x.view(storage.get(np.dtype(dt), np.float32)).reshape(-1)
+    ob = np.empty_like(xb)
+    reps = max(1, 20_000_000 // x.size)
+    _floor_loop(xb, ob, n, 1)
+    return median_seconds({"k": lambda: _floor_loop(xb, ob, n, reps)}, repeat)["k"] / reps / x.size * 1e9
+
+
 def cached_copy(repeat: int) -> None:
     """Problems whose copy runs from the L3, as p09 (256x128256 bfloat16,
     66 MB each way): there the copy is far faster than memory allows a
@@ -343,8 +488,9 @@ def cached_copy(repeat: int) -> None:
     import ml_dtypes
 
     print("\n| problem, 2 threads | copy of its bytes | 80% budget | kernel alone in L2 (ns/element, 1 thread) "
-          "| kernel alone, elements per thread | kernel / budget |")
-    print("|---|---:|---:|---:|---:|---:|")
+          "| kernel alone, elements per thread | kernel / budget "
+          "| two-pass floor's arithmetic in L2 (ns/element) | floor / budget |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, dt, rows, n in (("p09 256x128256 bf16 fwd", ml_dtypes.bfloat16, 256, 128256),
                               ("v32k 4096x32000 bf16 fwd", ml_dtypes.bfloat16, 4096, 32000),
                               ("v32k 4096x32000 f32 fwd", np.float32, 4096, 32000)):
@@ -354,10 +500,12 @@ def cached_copy(repeat: int) -> None:
         copy_s = median_seconds({"c": lambda: copy2(a, b)}, repeat)["c"]
         del a, b
         ns = kernel_ns(dt, 2, n, repeat)
+        fns = floor_ns(dt, 2, n, repeat)
         alone = rows * n / 2 * ns * 1e-9
+        least = rows * n / 2 * fns * 1e-9
         budget = copy_s / 0.8
         print(f"| {name} | {copy_s * 1e3:.2f} ms | {budget * 1e3:.2f} ms | {ns:.3f} | "
-              f"{alone * 1e3:.2f} ms | {alone / budget:.2f} |")
+              f"{alone * 1e3:.2f} ms | {alone / budget:.2f} | {fns:.3f} | {least / budget:.2f} |")
     numba.set_num_threads(2)
 
 

@@ -746,6 +746,35 @@ def test_tiny_rows_give_the_row_kernels_bits(dtype, out_dtype, accurate):
                 assert np.array_equal(bits(got), bits(ref)), ("backward", n, dense, op)
 
 
+def test_tiny_direct_run_resumes_after_a_batch_that_is_not_finite():
+    """Whole batches of float32 rows of 16 run as one loop
+    (``tiny._direct_batches``), which stops before a batch with a sum that
+    is not finite; that batch is written row by row and the loop resumes
+    after it. Not-finite rows in the first, two consecutive middle and the
+    last whole batch, a partial batch after them, tasks that start inside a
+    batch, in place and not, log_softmax and softmax: the row kernels' bits
+    everywhere."""
+    from logsoftmax.backends.cpu import rows, tiny
+
+    n = 16
+    rng = np.random.default_rng(16)
+    x = (rng.standard_normal((100, n)) * 3).astype(F32)  # 6 whole batches and 4 rows
+    x[1, 2] = np.nan
+    x[35, :] = -np.inf
+    x[50, 3] = np.inf
+    x[95, 0] = np.nan
+    for op in (0, 1):
+        ref = np.empty_like(x)
+        _rows_call(rows.forward_range, [x, ref], None, op, True)
+        for cuts in ((), (7, 50)):
+            got = np.full_like(x, 7.0)
+            _rows_call(tiny.forward_tiny, [x, got], None, op, True, cuts)
+            assert np.array_equal(bits(got), bits(ref)), (op, cuts)
+            xi = x.copy()
+            _rows_call(tiny.forward_tiny, [xi, xi], None, op, True, cuts)
+            assert np.array_equal(bits(xi), bits(ref)), (op, cuts, "in place")
+
+
 @pytest.mark.parametrize("n", [31, 32, 33, 64, 128])
 @pytest.mark.parametrize("dtype, accurate", [(F32, True), (BF16, False)], ids=["f32", "bf16"])
 def test_short_rows_of_whole_vectors_give_the_row_kernels_bits(n, dtype, accurate):
