@@ -393,8 +393,8 @@ def _direct_batches(xb, ob, px, po, nbatch, op, accurate, ahead, xt, acc32, acc6
     (each batch's rows stepped through the geometry, the row-by-row
     fallback called inside it, the partial batch's code beside it) the same
     arithmetic ran slower. 524288x16 float32, 2 threads, the kernel alone
-    (scratch scripts, medians of 15; Intel Xeon, LLVM rocketlake): 3.30-3.34
-    ms in that loop, 2.94-2.95 ms here, 2.80-2.82 ms for a loop with neither
+    (scratch scripts, medians of 15; Intel Xeon, LLVM rocketlake): 3.28-3.40
+    ms in that loop, 2.94-2.99 ms here, 2.80-2.82 ms for a loop with neither
     the fallback nor the stop (not correct for rows that are not finite);
     the geometry's stepping alone cost 2.82 -> 2.94-2.96 ms. In-process A/B
     of the library against the loop it replaces (``python
