@@ -728,7 +728,7 @@ def test_tiny_rows_give_the_row_kernels_bits(dtype, out_dtype, accurate):
             x[11, :] = 0.0
             x[11, 0] = -0.0
             for op in (0, 1):
-                ref, got = np.empty(x.shape, out_dtype), np.empty(x.shape, out_dtype)
+                ref, got = np.empty(x.shape, out_dtype), np.full(x.shape, 7, out_dtype)
                 _rows_call(rows.forward_range, [x, ref], None, op, accurate)
                 _rows_call(tiny.forward_tiny, [x, got], None, op, accurate)
                 assert np.array_equal(bits(got), bits(ref)), ("forward", n, dense, op)
@@ -740,7 +740,7 @@ def test_tiny_rows_give_the_row_kernels_bits(dtype, out_dtype, accurate):
             dd[6, 0] = np.nan
             y = np.ascontiguousarray(x)
             for op in (0, 1):
-                ref, got = np.empty(x.shape, dtype), np.empty(x.shape, dtype)
+                ref, got = np.empty(x.shape, dtype), np.full(x.shape, 7, dtype)
                 _rows_call(rows.backward_range, [dd, y, ref], None, op, accurate)
                 _rows_call(tiny.backward_tiny, [dd, y, got], None, op, accurate)
                 assert np.array_equal(bits(got), bits(ref)), ("backward", n, dense, op)
@@ -791,13 +791,36 @@ def test_short_rows_of_whole_vectors_give_the_row_kernels_bits(n, dtype, accurat
         base = (rng.standard_normal((r, n + 5)) * 3).astype(dtype)
         x = _special_rows(np.ascontiguousarray(base[:, :n]) if dense else base[:, :n])
         for op in (0, 1):
-            ref, got = np.empty(x.shape, dtype), np.empty(x.shape, dtype)
+            ref, got = np.empty(x.shape, dtype), np.full(x.shape, 7, dtype)
             _rows_call(rows.forward_range, [x, ref], None, op, accurate)
             _rows_call(rows.forward_short, [x, got], None, op, accurate)
             assert np.array_equal(bits(got), bits(ref)), (n, dense, op)
             xi = x.copy()
             _rows_call(rows.forward_short, [xi, xi], None, op, accurate)
             assert np.array_equal(bits(xi), bits(ref)), (n, dense, op, "in place")
+
+
+@pytest.mark.parametrize("n", [64, 100])
+def test_short_rows_asking_for_the_next_batch_give_the_row_kernels_bits(n):
+    """Accurate rows of ``rows.FETCH_ROW_N`` or more elements whose output
+    has ``rows.FETCH_BYTES`` (but does not stream) ask for the next batch's
+    rows during each batch's sums: rows end to end and rows that are not
+    (their starts stepped through the geometry), log_softmax and softmax,
+    the row kernel's bits."""
+    from logsoftmax.backends.cpu import rows
+    from logsoftmax.backends.cpu.alloc import STREAM_BYTES
+
+    assert n >= rows.FETCH_ROW_N
+    r = -(-rows.FETCH_BYTES // (4 * n)) + 3  # just past the threshold, a partial batch
+    rng = np.random.default_rng(n)
+    base = (rng.standard_normal((r, n + 3)) * 3).astype(F32)
+    for x in (np.ascontiguousarray(base[:, :n]), base[:, :n]):
+        assert rows.FETCH_BYTES <= x.size * 4 < STREAM_BYTES
+        for op in (0, 1):
+            ref, got = np.empty(x.shape, F32), np.full(x.shape, 7.0, F32)
+            _rows_call(rows.forward_range, [x, ref], None, op, True)
+            _rows_call(rows.forward_short, [x, got], None, op, True)
+            assert np.array_equal(bits(got), bits(ref)), (n, x.flags.c_contiguous, op)
 
 
 @pytest.mark.parametrize("n", [13, 15, 16, 17, 20, 24, 31, 32, 33, 36, 40, 41, 47, 48])

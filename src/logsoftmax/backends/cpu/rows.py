@@ -565,6 +565,11 @@ def backward_parallel(db, yb, ob, g, op, accurate, ntask):
 
 #: rows per batch of the short-row forward
 BATCH = 16
+#: accurate rows of at least ``FETCH_ROW_N`` elements whose output has at
+#: least ``FETCH_BYTES`` (more than a core's L2, less than :data:`STREAM_BYTES`)
+#: ask for the next batch's rows too (:func:`_prefetch_row`)
+FETCH_ROW_N = 64
+FETCH_BYTES = 1 << 22
 #: ... and of the forward's for rows of up to :data:`SHORT_BATCH_N` elements:
 #: more rows a batch give its vector of logs and its phases more to overlap.
 #: One thread in cache, AMD EPYC (LLVM znver5), float32 rows of 32: 0.542
@@ -608,7 +613,22 @@ def _prefetch_row(buf, off, n):
     (in-process A/B, Intel Xeon, LLVM rocketlake: 8x16x384x384 float32
     12-14% faster, 32x16x250x250 7-8%). Only for problems too big for a
     cache (those whose output :func:`streams`): on cache-resident ones
-    (16x16x128x128 bfloat16) the prefetches' own instructions cost 14%."""
+    (16x16x128x128 bfloat16) the prefetches' own instructions cost 14%.
+
+    Accurate rows of :data:`FETCH_ROW_N` or more elements ask too from an
+    output of :data:`FETCH_BYTES` (4 MiB: each of 2 threads then has more
+    than its 2 MiB of L2 to read and write), unstreamed: they read from L3,
+    and r128 ran 15% slower from there than in cache (0.61 against 0.53 ns
+    per element and thread). In-process A/B (Intel Xeon, LLVM rocketlake, 2
+    threads, numpy ``out=``, same bits; ``python benchmarks/ab_inprocess.py
+    --old <tree> --numpy-out --rounds 11``), two runs: 32768x128 float32
+    1.11-1.12x, 8192x128 (4 MiB) 1.10-1.11x, 16384x256 1.08-1.14x,
+    40000x100 1.05-1.07x, 4096x1000 1.00-1.02x; 65536x64 1.08-1.11x (one
+    run). Rows of 48 were left out (100000x48 0.97-0.99x), as were rows of
+    32 (65536x32 0.99x, the tenth session). The 16-bit fast path was left
+    out too: bfloat16 16x16x128x128 went 1.00x. Claiming the next batch's
+    output lines as well (``prefetchw``) lost on long rows (8192x512 0.94x,
+    4096x1000 0.88x)."""
     for q in range(0, n, 64 // buf.itemsize):
         prefetch_l2(buf, off + q)
 
@@ -795,6 +815,8 @@ def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n):
     # where each row of a batch starts in x and out, worked out once a batch
     # for the three phases (_batch_rows, whose doc has the measurements)
     dense = dense_rows(g, 0, n) and dense_rows(g, 1, n)
+    # the next batch's rows asked for during this batch's sums (_prefetch_row)
+    fetch = stream or (accurate and n >= FETCH_ROW_N and g[0] * g[1] * n * ob.itemsize >= FETCH_BYTES)
     offs = np.empty(2 * BATCH_MAX, np.int64)
     xo, oo = view(offs, 0, BATCH_MAX), view(offs, BATCH_MAX, BATCH_MAX)
     i1, i2 = first_row(g, r0)
@@ -812,7 +834,7 @@ def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n):
         p1, p2 = i1, i2  # the next batch's first row, fetched during the sums
         for i in range(nb):
             m[i], s[i] = chunk_sum_at(view(xb, xo[i], n), n, np.float32(mx[i]), accurate)
-            if stream and b0 + nb + i < r1:  # (cached problems: 14% slower)
+            if fetch and b0 + nb + i < r1:
                 if dense:
                     _prefetch_row(xb, xo[0] + (nb + i) * n, n)
                 else:
