@@ -73,6 +73,7 @@ __all__ = [
     "lo_f64",
     "hi_f64",
     "join_f32",
+    "join_at",
     "lane",
 ]
 
@@ -1082,6 +1083,23 @@ def join_f32(typingctx, lo, hi):
         return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_I32, W), list(range(W))))
 
     return F32x(lo, hi), codegen
+
+
+@intrinsic
+def join_at(typingctx, a, b, k):
+    """Lanes ``k ..`` of ``a`` then lanes ``.. k`` of ``b``: the vector at
+    lane ``k`` of the concatenation ``a ++ b`` (``k`` a constant of the
+    compile, ``0 < k < W``; one ``valignd`` on AVX-512)."""
+    if not (isinstance(a, Vec) and a == b and isinstance(k, types.IntegerLiteral)):
+        raise TypingError("join_at: two vectors of one type and a constant lane expected")
+    at = k.literal_value
+
+    def codegen(context, builder, sig, args):
+        count = sig.args[0].count
+        mask = ir.Constant(ir.VectorType(_I32, count), [at + i for i in range(count)])
+        return builder.shuffle_vector(args[0], args[1], mask)
+
+    return a(a, b, k), codegen
 
 
 @intrinsic

@@ -23,6 +23,7 @@ from ._math import log_f64
 from ._simd import TRUE, keep, view, wide_vectors
 from ._vec import (
     W,
+    join_at,
     lane,
     lanes_below,
     lanes_below64,
@@ -717,6 +718,58 @@ def _write_span(xs, os, k, bstart, bend, n, op, accurate, m, lg, inv, final):
     return e
 
 
+def _joined_span(head):
+    """:func:`_write_span` for rows of whole vectors (the copies of
+    :func:`forward_short` for 2, 4 and 8 vectors) into a float32 output
+    whose lines start ``head`` elements into the span (a constant of the
+    compile): each vector is computed in its row's frame,
+    with that row's statistics alone, and each line is the join of two such
+    vectors (:func:`._vec.join_at`, one shuffle) instead of one vector with
+    two rows' statistics blended lane by lane. The same values. ``prev``:
+    the vector before the batch's first (none before the span's first);
+    returns the batch's last, which the next batch's first line needs; the
+    ``final`` batch writes the span's last partial line by ordinary
+    stores. In place, each line is stored after both its vectors are read.
+
+    Rows of 32 float32 into a numpy ``out=`` (16 bytes past a line) ran
+    3-5% behind the pool's output, which is on a line (``make bench``: the
+    one problem where ``out=`` was slower than allocating). In-process A/B
+    against the blends (Intel Xeon, LLVM rocketlake, 2 threads, numpy
+    ``out=``, same bits): 262144x32 1.06-1.07x, 131072x64 1.01-1.02x,
+    8x16x384x384 axis 3 1.00x, 174763x48 1.00x, 64x3x224x224 axis 3
+    0.99x. 262144x32 alone, 2 threads, medians of 11: into an output 16
+    bytes past a line 2.95 ms, on a line 3.00, allocating 3.17 (before:
+    3.26, 3.07, 3.27)."""
+
+    @njit(forceinline=True, error_model="numpy")
+    def write(xs, os, bstart, bend, n, op, accurate, m, lg, inv, final, prev):
+        j = bstart // W  # the vector from element j W, in its row's frame
+        for r in range(1, (bend - bstart) // n + 1):
+            mr, br = m[r], _second_stat(lg, inv, r, op)
+            mr32, br32 = np.float32(mr), np.float32(br)
+            for v in range(n // W):
+                cur = forward_vec(vload(xs, j * W), mr, mr, br, br, mr32, br32, op, accurate)
+                if j > 0:  # the line from head + (j - 1) W: the end of one vector, the start of the next
+                    vstore_nt(os, head + (j - 1) * W, join_at(prev, cur, head))
+                prev = cur
+                j += 1
+        if final:
+            r = (bend - bstart) // n
+            e = head + (j - 1) * W
+            write_forward(xs, os, e, bend - e, op, accurate, m[r], lg[r], inv[r])
+        return prev
+
+    return write
+
+
+# float32 outputs 16 bytes past a line: numpy's arrays big enough to stream
+# (glibc maps them, and the chunk's header takes 16 bytes). Other offsets
+# blend (_write_span): this copy of the loop adds ~0.5 s to the first
+# compile of forward_short (a float32 call's first compile, fresh cache:
+# 16.2-16.4 -> 16.7-16.8 s); copies for 32 and 48 bytes too added ~1.4 s
+_joined12 = _joined_span(12)
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def forward_short(xb, ob, g, op, accurate, r0, r1):
     """:func:`forward_range` for unit-stride rows of ``n <= CHUNK`` (but not
@@ -745,13 +798,13 @@ def forward_short(xb, ob, g, op, accurate, r0, r1):
     # three copies add ~1 s to a signature's first compile (10.9-11.2 s ->
     # 11.8-12.1, with tiny.forward_tiny and the rest it inlines)
     if n == 2 * W:
-        _forward_short_rows(xb, ob, g, op, accurate, r0, r1, 2 * W)
+        _forward_short_rows(xb, ob, g, op, accurate, r0, r1, 2 * W, True)
     elif n == 4 * W:
-        _forward_short_rows(xb, ob, g, op, accurate, r0, r1, 4 * W)
+        _forward_short_rows(xb, ob, g, op, accurate, r0, r1, 4 * W, True)
     elif n == 8 * W:
-        _forward_short_rows(xb, ob, g, op, accurate, r0, r1, 8 * W)
+        _forward_short_rows(xb, ob, g, op, accurate, r0, r1, 8 * W, True)
     else:
-        _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n)
+        _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n, False)
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -789,9 +842,10 @@ def _batch_rows(g, i1, i2, nb, n, dense, xo, oo):
 
 
 @njit(forceinline=True, error_model="numpy")
-def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n):
+def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n, whole):
     """:func:`forward_short`'s batch loop (``n``: a constant in the copies
-    for whole vectors)."""
+    for whole vectors, ``whole`` True there and False in the general copy,
+    a constant too)."""
     stream = streams(ob, g)
     # a task's rows as one span where rows one by one would leave lines to
     # ordinary stores: rows (of at least a line) that are not whole lines or
@@ -826,6 +880,13 @@ def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n):
         xs_all = view(xb, row_at(g, 0, i1, i2), total)
         os_all = view(ob, row_at(g, 1, i1, i2), total)
         k = stream_head(os_all, 0)
+    # rows of whole vectors into a float32 output 16 bytes past a line: each
+    # line joined from two vectors (_joined_span). Only in the copies for
+    # whole vectors: in the general one the loop-carried vector cost rows
+    # of 40 2-3% (in-process A/B, 0.97-0.99x), rows of 48 and 224 gained
+    # nothing from it (1.00-1.02x, 0.99x)
+    joined = whole and span and ob.itemsize == 4 and k == 12
+    prev = splat(np.float32(0.0))
     for b0 in range(r0, r1, batch):
         nb = min(batch, r1 - b0)
         i1, i2 = _batch_rows(g, i1, i2, nb, n, dense, xo, oo)
@@ -845,6 +906,10 @@ def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n):
             bstart = (b0 - r0) * n
             if b0 == r0:  # the span's first partial line: ordinary stores
                 write_forward(xs_all, os_all, 0, k, op, accurate, m[0], lg[0], inv[0])
+            if joined:
+                prev = _joined12(xs_all, os_all, bstart, bstart + nb * n, n, op, accurate, M, LG, INV,
+                                 b0 + nb >= r1, prev)
+                continue
             k = _write_span(xs_all, os_all, k, bstart, bstart + nb * n, n, op, accurate,
                             M, LG, INV, b0 + nb >= r1)
             M[0], LG[0], INV[0] = m[nb - 1], lg[nb - 1], inv[nb - 1]
