@@ -1089,7 +1089,8 @@ def join_f32(typingctx, lo, hi):
 def join_at(typingctx, a, b, k):
     """Lanes ``k ..`` of ``a`` then lanes ``.. k`` of ``b``: the vector at
     lane ``k`` of the concatenation ``a ++ b`` (``k`` a constant of the
-    compile, ``0 < k < W``; one ``valignd`` on AVX-512)."""
+    compile, ``0 < k < W``; one shuffle on AVX-512, ``valignd`` or
+    ``vpermi2pd`` as LLVM picks)."""
     if not (isinstance(a, Vec) and a == b and isinstance(k, types.IntegerLiteral)):
         raise TypingError("join_at: two vectors of one type and a constant lane expected")
     at = k.literal_value

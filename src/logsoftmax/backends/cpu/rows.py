@@ -624,8 +624,8 @@ def _prefetch_row(buf, off, n):
     threads, numpy ``out=``, same bits; ``python benchmarks/ab_inprocess.py
     --old <tree> --numpy-out --rounds 11``), two runs: 32768x128 float32
     1.11-1.12x, 8192x128 (4 MiB) 1.10-1.11x, 16384x256 1.08-1.14x,
-    40000x100 1.05-1.07x, 4096x1000 1.00-1.02x; 65536x64 1.08-1.11x (one
-    run). Rows of 48 were left out (100000x48 0.97-0.99x), as were rows of
+    40000x100 1.05-1.07x, 4096x1000 1.00-1.02x, 65536x64 1.05-1.11x. Rows
+    of 48 were left out (100000x48 0.97-0.99x), as were rows of
     32 (65536x32 0.99x, the tenth session). The 16-bit fast path was left
     out too: bfloat16 16x16x128x128 went 1.00x. Claiming the next batch's
     output lines as well (``prefetchw``) lost on long rows (8192x512 0.94x,
@@ -735,11 +735,13 @@ def _joined_span(head):
     3-5% behind the pool's output, which is on a line (``make bench``: the
     one problem where ``out=`` was slower than allocating). In-process A/B
     against the blends (Intel Xeon, LLVM rocketlake, 2 threads, numpy
-    ``out=``, same bits): 262144x32 1.06-1.07x, 131072x64 1.01-1.02x,
-    8x16x384x384 axis 3 1.00x, 174763x48 1.00x, 64x3x224x224 axis 3
-    0.99x. 262144x32 alone, 2 threads, medians of 11: into an output 16
-    bytes past a line 2.95 ms, on a line 3.00, allocating 3.17 (before:
-    3.26, 3.07, 3.27)."""
+    ``out=``, same bits): 262144x32 1.04-1.07x over four runs, 131072x64
+    1.00-1.01x, 65536x128 1.00x. 262144x32 alone, 2 threads, medians of
+    11: into an output 16 bytes past a line 2.95 ms, on a line 3.00,
+    allocating 3.17 (before: 3.26, 3.07, 3.27). Rows of 3 or more vectors
+    in the general copy gained nothing (174763x48 1.00-1.02x,
+    64x3x224x224 axis 3 0.99x, 8x16x384x384 axis 3 1.00x), so they
+    blend."""
 
     @njit(forceinline=True, error_model="numpy")
     def write(xs, os, bstart, bend, n, op, accurate, m, lg, inv, final, prev):
