@@ -19,10 +19,11 @@ This script times, interleaved in one process:
 * the ``exp`` alone, on vectors in registers (no loads): the arithmetic of
   the sums without their memory.
 
-If the three passes alone, in cache, already exceed the budget, no overlap
-of memory with arithmetic can meet the target; they run one after another
-on each element's core, and each is bound by its vector arithmetic (on
-AVX-512, two vector ports).
+The passes alone, in cache, summed: what the kernel as built (its passes
+one after another, each tile's) costs with memory fully hidden. If that
+exceeds the budget, hiding memory is not enough; only passes of different
+tiles sharing the vector ports better could help, which these timings do
+not measure (each pass's idle share of the ports needs hardware counters).
 
 Run: ``python benchmarks/strided_limits.py [--repeat 9]`` (prints only).
 """

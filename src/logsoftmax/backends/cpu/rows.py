@@ -612,9 +612,10 @@ def _prefetch_row(buf, off, n):
     accesses, and the compute phases access nothing new, so without these
     the next batch's reads would only start when its first phase does
     (in-process A/B, Intel Xeon, LLVM rocketlake: 8x16x384x384 float32
-    12-14% faster, 32x16x250x250 7-8%). Only for problems too big for a
-    cache (those whose output :func:`streams`): on cache-resident ones
-    (16x16x128x128 bfloat16) the prefetches' own instructions cost 14%.
+    12-14% faster, 32x16x250x250 7-8%). For problems too big for a cache
+    (those whose output :func:`streams`), and the accurate ones below: on
+    cache-resident ones (16x16x128x128 bfloat16) the prefetches' own
+    instructions cost 14%.
 
     Accurate rows of :data:`FETCH_ROW_N` or more elements ask too from an
     output of :data:`FETCH_BYTES` (4 MiB: each of 2 threads then has more
@@ -622,10 +623,11 @@ def _prefetch_row(buf, off, n):
     and r128 ran 15% slower from there than in cache (0.61 against 0.53 ns
     per element and thread). In-process A/B (Intel Xeon, LLVM rocketlake, 2
     threads, numpy ``out=``, same bits; ``python benchmarks/ab_inprocess.py
-    --old <tree> --numpy-out --rounds 11``), two runs: 32768x128 float32
-    1.11-1.12x, 8192x128 (4 MiB) 1.10-1.11x, 16384x256 1.08-1.14x,
-    40000x100 1.05-1.07x, 4096x1000 1.00-1.02x, 65536x64 1.05-1.11x. Rows
-    of 48 were left out (100000x48 0.97-0.99x), as were rows of
+    --old <tree> --numpy-out --rounds 11``), two runs of a copy of this
+    code behind a switch: 32768x128 float32 1.11-1.12x, 8192x128 (4 MiB)
+    1.10-1.11x, 16384x256 1.08-1.14x, 40000x100 1.05-1.07x, 4096x1000
+    1.00-1.02x, 65536x64 1.08-1.11x; this code as it stands, one run:
+    32768x128 1.06x, 65536x64 1.05x. Rows of 48 were left out (100000x48 0.97-0.99x), as were rows of
     32 (65536x32 0.99x, the tenth session). The 16-bit fast path was left
     out too: bfloat16 16x16x128x128 went 1.00x. Claiming the next batch's
     output lines as well (``prefetchw``) lost on long rows (8192x512 0.94x,
@@ -718,18 +720,29 @@ def _write_span(xs, os, k, bstart, bend, n, op, accurate, m, lg, inv, final):
     return e
 
 
-def _joined_span(head):
+#: where the lines of :func:`_write_span_joined`'s outputs start: 12 float32
+#: elements into the span, i.e. 16 bytes past a line, as numpy's arrays big
+#: enough to stream are (glibc maps them, and its chunk header takes 16
+#: bytes). Other offsets blend (:func:`_write_span`). A constant of the
+#: compile (:func:`._vec.join_at`): this copy of the loop adds ~0.5 s to a
+#: float32 call's first compile of forward_short (fresh cache, 16.2-16.4 ->
+#: 16.7-16.8 s); copies for 32 and 48 bytes too added ~1.4 s.
+_JOINED_HEAD = 12
+
+
+@njit(forceinline=True, error_model="numpy")
+def _write_span_joined(xs, os, bstart, bend, n, op, accurate, m, lg, inv, final, prev):
     """:func:`_write_span` for rows of whole vectors (the copies of
     :func:`forward_short` for 2, 4 and 8 vectors) into a float32 output
-    whose lines start ``head`` elements into the span (a constant of the
-    compile): each vector is computed in its row's frame,
-    with that row's statistics alone, and each line is the join of two such
-    vectors (:func:`._vec.join_at`, one shuffle) instead of one vector with
-    two rows' statistics blended lane by lane. The same values. ``prev``:
-    the vector before the batch's first (none before the span's first);
-    returns the batch's last, which the next batch's first line needs; the
-    ``final`` batch writes the span's last partial line by ordinary
-    stores. In place, each line is stored after both its vectors are read.
+    whose lines start :data:`_JOINED_HEAD` elements into the span: each
+    vector is computed in its row's frame, with that row's statistics
+    alone, and each line is the join of two such vectors
+    (:func:`._vec.join_at`, one shuffle) instead of one vector with two
+    rows' statistics blended lane by lane. The same values. ``prev``: the
+    vector before the batch's first (none before the span's first); returns
+    the batch's last, which the next batch's first line needs; the
+    ``final`` batch writes the span's last partial line by ordinary stores.
+    In place, each line is stored after both its vectors are read.
 
     Rows of 32 float32 into a numpy ``out=`` (16 bytes past a line) ran
     3-5% behind the pool's output, which is on a line (``make bench``: the
@@ -742,34 +755,22 @@ def _joined_span(head):
     in the general copy gained nothing (174763x48 1.00-1.02x,
     64x3x224x224 axis 3 0.99x, 8x16x384x384 axis 3 1.00x), so they
     blend."""
-
-    @njit(forceinline=True, error_model="numpy")
-    def write(xs, os, bstart, bend, n, op, accurate, m, lg, inv, final, prev):
-        j = bstart // W  # the vector from element j W, in its row's frame
-        for r in range(1, (bend - bstart) // n + 1):
-            mr, br = m[r], _second_stat(lg, inv, r, op)
-            mr32, br32 = np.float32(mr), np.float32(br)
-            for v in range(n // W):
-                cur = forward_vec(vload(xs, j * W), mr, mr, br, br, mr32, br32, op, accurate)
-                if j > 0:  # the line from head + (j - 1) W: the end of one vector, the start of the next
-                    vstore_nt(os, head + (j - 1) * W, join_at(prev, cur, head))
-                prev = cur
-                j += 1
-        if final:
-            r = (bend - bstart) // n
-            e = head + (j - 1) * W
-            write_forward(xs, os, e, bend - e, op, accurate, m[r], lg[r], inv[r])
-        return prev
-
-    return write
-
-
-# float32 outputs 16 bytes past a line: numpy's arrays big enough to stream
-# (glibc maps them, and the chunk's header takes 16 bytes). Other offsets
-# blend (_write_span): this copy of the loop adds ~0.5 s to the first
-# compile of forward_short (a float32 call's first compile, fresh cache:
-# 16.2-16.4 -> 16.7-16.8 s); copies for 32 and 48 bytes too added ~1.4 s
-_joined12 = _joined_span(12)
+    head = _JOINED_HEAD
+    j = bstart // W  # the vector from element j W, in its row's frame
+    for r in range(1, (bend - bstart) // n + 1):
+        mr, br = m[r], _second_stat(lg, inv, r, op)
+        mr32, br32 = np.float32(mr), np.float32(br)
+        for _ in range(n // W):
+            cur = forward_vec(vload(xs, j * W), mr, mr, br, br, mr32, br32, op, accurate)
+            if j > 0:  # the line from head + (j - 1) W: the end of one vector, the start of the next
+                vstore_nt(os, head + (j - 1) * W, join_at(prev, cur, _JOINED_HEAD))
+            prev = cur
+            j += 1
+    if final:
+        r = (bend - bstart) // n
+        e = head + (j - 1) * W
+        write_forward(xs, os, e, bend - e, op, accurate, m[r], lg[r], inv[r])
+    return prev
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -883,11 +884,10 @@ def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n, whole):
         os_all = view(ob, row_at(g, 1, i1, i2), total)
         k = stream_head(os_all, 0)
     # rows of whole vectors into a float32 output 16 bytes past a line: each
-    # line joined from two vectors (_joined_span). Only in the copies for
-    # whole vectors: in the general one the loop-carried vector cost rows
-    # of 40 2-3% (in-process A/B, 0.97-0.99x), rows of 48 and 224 gained
-    # nothing from it (1.00-1.02x, 0.99x)
-    joined = whole and span and ob.itemsize == 4 and k == 12
+    # line joined from two vectors (_write_span_joined); only in the copies
+    # for 2, 4 and 8 vectors (rows of 3 or more in the general copy gained
+    # nothing: its doc)
+    joined = whole and span and ob.itemsize == 4 and k == _JOINED_HEAD
     prev = splat(np.float32(0.0))
     for b0 in range(r0, r1, batch):
         nb = min(batch, r1 - b0)
@@ -909,8 +909,8 @@ def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n, whole):
             if b0 == r0:  # the span's first partial line: ordinary stores
                 write_forward(xs_all, os_all, 0, k, op, accurate, m[0], lg[0], inv[0])
             if joined:
-                prev = _joined12(xs_all, os_all, bstart, bstart + nb * n, n, op, accurate, M, LG, INV,
-                                 b0 + nb >= r1, prev)
+                prev = _write_span_joined(xs_all, os_all, bstart, bstart + nb * n, n, op, accurate,
+                                          M, LG, INV, b0 + nb >= r1, prev)
                 continue
             k = _write_span(xs_all, os_all, k, bstart, bstart + nb * n, n, op, accurate,
                             M, LG, INV, b0 + nb >= r1)
