@@ -546,10 +546,39 @@ def test_tile_limits_validate_and_plan_by_length_only():
         with launch.tile_limits(loop_block=3):
             pass
     assert launch.row_plan(1000, False) == launch.RowPlan(False, 1024)
-    assert launch.row_plan(16384, False) == launch.RowPlan(False, 16384)
-    assert launch.row_plan(16385, False) == launch.RowPlan(True, 4096)
+    assert launch.row_plan(32768, False) == launch.RowPlan(False, 32768)
+    assert launch.row_plan(32769, False) == launch.RowPlan(True, 8192)
     assert launch.row_plan(16384, True) == launch.RowPlan(True, 2048)
     assert launch.row_plan(0, False) == launch.RowPlan(False, 1)
+
+
+def test_launch_plans_are_kept_per_block_table(cuda):
+    """A cached plan is reused only under the table that made it."""
+    x = _to_device(case_by_name("2d_n100").build(np.float32))
+    launch._PLANS.clear()
+    y = logsoftmax.log_softmax(x)
+    assert logsoftmax.log_softmax(x).equal(y) and len(launch._PLANS) == 1
+    with launch.tile_limits(**LOOPED):
+        y_looped = logsoftmax.log_softmax(x)
+    assert len(launch._PLANS) == 2
+    looped = sorted(plan.meta["LOOPED"] for plan in launch._PLANS.values())
+    assert looped == [False, True]
+    assert_close_eps(_to_numpy(y_looped), _to_numpy(y).astype(np.float64), np.float32, 4)
+
+
+def test_torch_out_partially_overlapping_an_input_is_refused(cuda):
+    """The overlap check reads torch tensors' pointers (not an interface)."""
+    buf = _to_device(np.arange(40, dtype=np.float32))
+    x, out = buf[:32].view(4, 8), buf[8:40].view(4, 8)
+    before = buf.clone()
+    with pytest.raises(ValueError, match="out partially overlaps x"):
+        logsoftmax.log_softmax(x, out=out)
+    assert buf.equal(before)
+    dd, y = buf[:32].view(4, 8), logsoftmax.log_softmax(buf[:32].view(4, 8))
+    with pytest.raises(ValueError, match="out partially overlaps diff_dst"):
+        logsoftmax.log_softmax_backward(dd, y, out=out)
+    assert buf.equal(before)
+    assert logsoftmax.log_softmax(x, out=x) is x  # exactly an input: in place
 
 
 def test_geometry_merges_and_sorts_dimensions():
@@ -584,11 +613,11 @@ def test_many_unmergeable_dimensions(cuda):
 )
 @pytest.mark.parametrize(
     "shape,axis",
-    [((3, 40000), 1), ((40000, 2), 0), ((2, 16384), 1), ((1, 300000), 1)],
-    ids=["3x40000", "40000x2_axis0", "2x16384", "1x300000"],
+    [((3, 40000), 1), ((40000, 2), 0), ((2, 32768), 1), ((1, 300000), 1)],
+    ids=["3x40000", "40000x2_axis0", "2x32768", "1x300000"],
 )
 def test_long_rows_default_blocks(cuda, shape, axis, dtype):
-    """The default table: one pass up to 16384, then looped 4096-wide blocks."""
+    """The default table: one pass up to 32768, then looped 8192-wide blocks."""
     rng = np.random.default_rng(1)
     x = rng.normal(0, 3, size=shape).astype(dtype)
     for op in FORWARD:

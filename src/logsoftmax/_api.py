@@ -16,7 +16,7 @@ import operator
 import numpy as np
 
 from . import dtypes
-from .backends import Backend, Op, default_cpu, select_backend
+from .backends import Backend, Op, default_cpu, is_torch_tensor, select_backend
 
 __all__ = [
     "log_softmax",
@@ -102,6 +102,11 @@ def _result_dtype(fn: str, in_dtype: np.dtype, dtype) -> np.dtype:
 # --------------------------------------------------------------------------
 def _memory(a):
     """``(address, shape, byte strides)`` of an array, or None if unknown."""
+    if is_torch_tensor(a):
+        # before the interfaces: a CUDA tensor's __cuda_array_interface__
+        # builds a dict each time (a fifth of an out= call on an H200)
+        size = a.element_size()
+        return a.data_ptr(), tuple(a.shape), tuple(s * size for s in a.stride())
     iface = getattr(a, "__array_interface__", None) or getattr(
         a, "__cuda_array_interface__", None
     )
@@ -116,9 +121,6 @@ def _memory(a):
                 acc *= n
             strides = tuple(reversed(strides))
         return iface["data"][0], shape, tuple(strides)
-    if hasattr(a, "data_ptr") and hasattr(a, "stride"):  # torch.Tensor
-        size = a.element_size()
-        return a.data_ptr(), tuple(a.shape), tuple(s * size for s in a.stride())
     return None
 
 
@@ -131,7 +133,8 @@ def _byte_range(mem, itemsize: int) -> tuple[int, int]:
     return lo, hi
 
 
-def _overlaps(a, b, itemsize_a: int, itemsize_b: int) -> bool:
+def _overlaps(a, b, itemsize_a: int, itemsize_b: int, ma, mb) -> bool:
+    """Whether ``a`` and ``b`` share memory (``ma``, ``mb``: their _memory)."""
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         if not np.may_share_memory(a, b):
             return False
@@ -139,7 +142,6 @@ def _overlaps(a, b, itemsize_a: int, itemsize_b: int) -> bool:
             return bool(np.shares_memory(a, b, max_work=100_000))
         except np.exceptions.TooHardError:
             return True
-    ma, mb = _memory(a), _memory(b)
     if ma is None or mb is None:
         return a is b
     lo_a, hi_a = _byte_range(ma, itemsize_a)
@@ -181,11 +183,8 @@ def _check_out(fn, backend: Backend, out, shape, dtype, inputs, in_place_ok):
     )
     mem_out = _memory(out)
     for name, arr in inputs:
-        if arr is out:
-            same = True
-        else:
-            mem_in = _memory(arr)
-            same = mem_out is not None and mem_in == mem_out
+        mem_in = mem_out if arr is out else _memory(arr)
+        same = arr is out or (mem_out is not None and mem_in == mem_out)
         in_dt = backend.dtype_of(arr)
         if same and in_dt == out_dt:
             _check_value(
@@ -195,7 +194,9 @@ def _check_out(fn, backend: Backend, out, shape, dtype, inputs, in_place_ok):
             )
             continue
         _check_value(
-            not _overlaps(out, arr, np.dtype(out_dt).itemsize, in_dt.itemsize),
+            not _overlaps(
+                out, arr, np.dtype(out_dt).itemsize, in_dt.itemsize, mem_out, mem_in
+            ),
             lambda: f"{fn}: out partially overlaps {name}; out must be exactly "
             f"{' or '.join(in_place_ok)} (same address, shape and strides) or "
             "not share memory with any input",

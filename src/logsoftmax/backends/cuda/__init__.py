@@ -63,13 +63,19 @@ def _driver_present() -> bool:
     )
 
 
+_LIB: tuple = ()
+
+
 def _lib():
     """(torch, launch, kernels), imported on first use."""
-    import torch
+    global _LIB
+    if not _LIB:
+        import torch
 
-    from . import kernels, launch
+        from . import kernels, launch
 
-    return torch, launch, kernels
+        _LIB = (torch, launch, kernels)
+    return _LIB
 
 
 def interpreting() -> bool:
@@ -243,6 +249,20 @@ def _empty_like(x, dtype: np.dtype, shape=None):
     return torch.empty(tuple(shape), dtype=tdt, device=t.device)
 
 
+def _on_gpu(a, device=None) -> bool:
+    """Whether ``a`` is a torch tensor on a CUDA device (``device``, if given)."""
+    return (
+        is_torch_tensor(a)
+        and a.is_cuda
+        and (device is None or a.device == device)
+    )
+
+
+def _operand(t):
+    """The Operand of a whole torch tensor (launch.Operand.of, inlined)."""
+    return _LIB[1].Operand(t, 0, tuple(t.shape), t.stride())
+
+
 def _numel(a) -> int:
     return a.size if isinstance(a, np.ndarray) else a.numel()
 
@@ -297,6 +317,12 @@ class CudaBackend(Backend):
     # -- the ops ------------------------------------------------------------
     def _forward(self, op: Op, x, axis: int, out, dtype):
         _, launch, _ = _lib()
+        if _on_gpu(x) and (out is None or _on_gpu(out, x.device)):
+            # torch tensors on the GPU: no staging, no conversions (the
+            # common call; see _PLANS in launch.py for why every us counts)
+            result = _empty_like(x, dtype) if out is None else out
+            launch.forward(op, _operand(x), _operand(result), axis)
+            return result
         call = _Call([x, out])
         result = _empty_like(x, dtype) if out is None else out
         launch.forward(op, call.input(x), call.output(result), axis)
@@ -305,6 +331,11 @@ class CudaBackend(Backend):
 
     def _backward(self, op: Op, diff_dst, dst, axis: int, out, dtype):
         _, launch, _ = _lib()
+        dev = diff_dst.device if _on_gpu(diff_dst) else None
+        if dev is not None and _on_gpu(dst, dev) and (out is None or _on_gpu(out, dev)):
+            result = _empty_like(diff_dst, dtype) if out is None else out
+            launch.backward(op, _operand(diff_dst), _operand(dst), _operand(result), axis)
+            return result
         call = _Call([diff_dst, dst, out])
         result = _empty_like(diff_dst, dtype) if out is None else out
         d, y = call.input(diff_dst), call.input(dst)

@@ -13,14 +13,14 @@ dropped and neighbours merged when every operand allows it, giving
 stride) is tiled by the kernels; dimensions beyond three are looped over
 here, one launch per index (only unmergeable layouts of rank >= 5 need it).
 
-Block sizes (see docs/cuda.md; the GPU tuning on an H200 is owed):
+Block sizes (see docs/cuda.md; measured on an H200 with benchmarks/cuda_tune.py):
 
 ====================  ==========  ===========================  =============
 row length N          path        BLOCK_N                      BLOCK_R
 ====================  ==========  ===========================  =============
-next_pow2(N) <= 16384  one pass    next_pow2(N)                 tile / BLOCK_N
+next_pow2(N) <= 32768  one pass    next_pow2(N)                 tile / BLOCK_N
 (8192 for float64)
-larger                 looped      4096 (2048 for float64)      tile / BLOCK_N
+larger                 looped      8192 (2048 for float64)      tile / BLOCK_N
 ====================  ==========  ===========================  =============
 
 ``tile`` is 4096 elements when the axis is the contiguous dimension (several
@@ -96,9 +96,12 @@ class Limits:
       tile_rows_contiguous: elements per program when ``s_r == 1``.
     """
 
-    max_fused: int = 16384
+    # measured on an H200 (benchmarks/cuda_tune.py, 4096x32000 float32
+    # forward): one pass up to 32768 took 0.38-0.40 ms a call against
+    # 0.48-0.53 looped; looped 8192-wide blocks were the fastest looped
+    max_fused: int = 32768
     max_fused_f64: int = 8192
-    loop_block: int = 4096
+    loop_block: int = 8192
     loop_block_f64: int = 2048
     tile: int = 4096
     tile_rows_contiguous: int = 16384
@@ -197,16 +200,94 @@ def _warps(tile: int) -> int:
     return 4 if tile <= 2048 else 8 if tile <= 8192 else 16
 
 
+class _Launch(NamedTuple):
+    """What a launch needs beyond the operands' tensors and offsets."""
+
+    grid: tuple[int]
+    extra: list  # batch dims beyond three: (size, strides per operand), looped here
+    sizes: list[int]
+    scalars: tuple[int, ...]  # B1, R, N, n_rt, then the strides
+    meta: dict  # constexprs and compile options, as kernel[grid] takes them
+    constexprs: tuple  # the constexprs in the kernel's order (direct launches)
+    direct: dict  # compiled kernels' launchers by specialisation (_direct)
+
+
+#: Launch plans by everything that determines them (kernel, constexprs,
+#: operands' shapes and strides, axis, dtypes, block-size table). A small
+#: call's time is the Python before its kernel: on an H200 the 1x8 call took
+#: 76 us against torch's 7, of which Triton's own launch was 22 and this
+#: module's geometry 25 (benchmarks/cuda_front_door.py).
+_PLANS: dict = {}
+_PLANS_MAX = 512
+
+
 def _run(kernel, ops: Sequence[Operand], axis, scalar_dtype, consts: dict) -> None:
     """Launch ``kernel`` over every row of ``ops`` (first operand drives tiles).
 
     ``consts`` holds the op's constexprs; the block sizes, ``WIDE``,
     ``OUT_LOW``/``BF16_BITS`` (of the last operand: the output) are added here.
     """
+    lim = _LIMITS.get()
+    key = (
+        id(kernel),
+        axis,
+        scalar_dtype,
+        ops[-1].tensor.dtype,
+        lim,
+        tuple(consts.items()),
+        tuple((op.shape, op.strides) for op in ops),
+    )
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _plan(kernel, ops, axis, scalar_dtype, consts, lim)
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    if plan.grid[0] == 0:
+        return
+    tensors = [op.tensor for op in ops]
+    if not plan.extra and not kernels.INTERPRETED:
+        offs = [op.offset for op in ops]
+        # What Triton specialises a compiled kernel on, beyond the plan's key:
+        # the device, each pointer's 16-byte alignment, the offsets' values.
+        spec = (tensors[0].get_device(), *(t.data_ptr() % 16 == 0 for t in tensors), *offs)
+        launcher = plan.direct.get(spec)
+        if launcher is None:
+            launcher = plan.direct[spec] = _direct(kernel, plan, tensors, offs)
+        if launcher:
+            launcher(*tensors, *offs, *plan.scalars, *plan.constexprs)
+        else:
+            kernel[plan.grid](*tensors, *offs, *plan.scalars, **plan.meta)
+        return
+    # the interpreter runs the kernels in numpy, which warns on the IEEE
+    # results the kernels rely on (-inf - -inf in padding lanes, log(0))
+    quiet = np.errstate(all="ignore") if kernels.INTERPRETED else contextlib.nullcontext()
+    with quiet:
+        _launch_all(kernel, tensors, ops, plan)
+
+
+def _direct(kernel, plan: _Launch, tensors, offs):
+    """The compiled kernel's own launcher for this specialisation, or False.
+
+    ``kernel[grid](...)`` binds and specialises every argument again on each
+    call: 22 us of a 1x8 call on an H200, against torch's whole call of 7.
+    The compiled kernel (``warmup`` compiles without launching) takes every
+    parameter in order, constexprs included, through ``compiled[grid]``.
+    False (launch through ``kernel[grid]``) where this Triton lacks that API.
+    """
+    try:
+        compiled = kernel.warmup(*tensors, *offs, *plan.scalars, grid=plan.grid, **plan.meta)
+        if hasattr(compiled, "result"):  # an asynchronous compile
+            compiled = compiled.result()
+        return compiled[(plan.grid[0], 1, 1)]  # its runner reads all three
+    except (AttributeError, TypeError):
+        return False
+
+
+def _plan(kernel, ops: Sequence[Operand], axis, scalar_dtype, consts: dict, lim) -> _Launch:
     geo = _geometry(ops, axis)
     if geo.n == 0 or any(s == 0 for s in ops[0].shape):
-        return
-    lim = current_limits()
+        return _Launch((0,), [], [], (), {}, (), {})
     f64 = scalar_dtype == torch.float64
     plan = row_plan(geo.n, f64, lim)
     batch = list(geo.batch)
@@ -233,6 +314,12 @@ def _run(kernel, ops: Sequence[Operand], axis, scalar_dtype, consts: dict) -> No
         OUT_LOW=_low(out_dtype),
         BF16_BITS=kernels.INTERPRETED and out_dtype == torch.bfloat16,
         num_warps=_warps(block_r * plan.block_n),
+        # Each product and sum rounds where the formula says, as in the
+        # interpreter: with Triton's default mul+add -> fma contraction the
+        # TwoProduct/TwoSum pairs of the backward's exact sum lost their
+        # error terms (softmax_backward of an arbitrary dst: 35-70 eps on an
+        # H200 against <= 16; tests/test_cuda.py, benchmarks/gpu_check.sh).
+        enable_fp_fusion=False,
     )
     strides = []
     for i in range(len(ops)):
@@ -240,33 +327,25 @@ def _run(kernel, ops: Sequence[Operand], axis, scalar_dtype, consts: dict) -> No
         if kernel is not kernels.logsumexp_kernel or i == 0:
             strides.append(geo.axis_strides[i])
     sizes = [e[0] for e in extra]
-    # the interpreter runs the kernels in numpy, which warns on the IEEE
-    # results the kernels rely on (-inf - -inf in padding lanes, log(0))
-    quiet = contextlib.nullcontext()
-    if kernels.INTERPRETED:
-        quiet = np.errstate(all="ignore")
-    with quiet:
-        _launch_all(
-            kernel, grid, ops, extra, sizes, b1[0], R, geo.n, n_rt, strides, meta
-        )
+    constexprs = ()
+    if not kernels.INTERPRETED:
+        params = kernel.params
+        n_rt_args = len(ops) * 2 + 4 + len(strides)
+        assert all(p.is_constexpr for p in params[n_rt_args:]), kernel
+        constexprs = tuple(meta[p.name] for p in params[n_rt_args:])
+    return _Launch(
+        grid, extra, sizes, (b1[0], R, geo.n, n_rt, *strides), meta, constexprs, {}
+    )
 
 
-def _launch_all(kernel, grid, ops, extra, sizes, B1, R, N, n_rt, strides, meta) -> None:
-    for idx in itertools.product(*(range(s) for s in sizes)):
+def _launch_all(kernel, tensors, ops: Sequence[Operand], plan: _Launch) -> None:
+    """One launch per index of the batch dims beyond three (usually one)."""
+    for idx in itertools.product(*(range(s) for s in plan.sizes)):
         offs = [
-            op.offset + sum(j * e[1][i] for j, e in zip(idx, extra))
+            op.offset + sum(j * e[1][i] for j, e in zip(idx, plan.extra))
             for i, op in enumerate(ops)
         ]
-        kernel[grid](
-            *(op.tensor for op in ops),
-            *offs,
-            B1,
-            R,
-            N,
-            n_rt,
-            *strides,
-            **meta,
-        )
+        kernel[plan.grid](*tensors, *offs, *plan.scalars, **plan.meta)
 
 
 # --------------------------------------------------------------------------
