@@ -8,6 +8,8 @@ session with a GPU can pick the table from measurements:
 - long rows (the one-pass vs looped switch ``max_fused`` and the looped
   ``loop_block``): 4096x32000 forward and backward in f32, bf16 and f16,
   1024x128256 bf16 forward and f32 backward;
+- warps per program (``max_warps`` 16 down to 2): 4096x32000 f32 and bf16,
+  65536x1000 bf16, forward and backward;
 - short rows (``tile_rows_contiguous``: elements per program): 32768x128 f32
   forward and backward;
 - the front door's own cost: wall-clock microseconds per call on a 1x8
@@ -55,6 +57,17 @@ LONG_TABLES = [
     dict(max_fused=32768, loop_block=2048),
     dict(max_fused=16384, loop_block=8192),
 ]
+# warps per program (the rule gives 16 from 8192 elements of tile, 8 from
+# 2048): fewer warps per row leave room for more rows in flight per SM
+WARP_PROBLEMS = [
+    Problem("4096x32000", d, dt, dt, (4096, 32000), 1, "ab")
+    for dt in ("f32", "bf16")
+    for d in ("fwd", "bwd")
+] + [
+    Problem("65536x1000", d, "bf16", "bf16", (65536, 1000), 1, "ab")
+    for d in ("fwd", "bwd")
+]
+WARP_TABLES = [dict(max_warps=w) for w in (16, 8, 4, 2)]
 SHORT_TABLES = [dict(tile_rows_contiguous=t) for t in (1024, 2048, 4096, 8192, 16384, 32768)]
 
 
@@ -114,7 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     print("front door, us per call:", results["front_door_us"], flush=True)
     lines = ["| problem | dir | dt | table | ours ms | torch ms | copy ms | ours/copy | ours/torch |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for problems, tables in ((LONG, LONG_TABLES), (SHORT, SHORT_TABLES)):
+    for problems, tables in (
+        (LONG, LONG_TABLES),
+        (WARP_PROBLEMS, WARP_TABLES),
+        (SHORT, SHORT_TABLES),
+    ):
         for p in problems:
             gen = torch.Generator(device="cuda").manual_seed(0)
             nbytes, ours, theirs, copy = _providers(torch, logsoftmax, p, gen)

@@ -77,7 +77,7 @@ rc_bench=$?
 
 step front_door 60 "$PY" benchmarks/cuda_front_door.py
 
-step tune 100 "$PY" benchmarks/cuda_tune.py --out "$OUT" --repeat 15 --budget 75
+step tune 130 "$PY" benchmarks/cuda_tune.py --out "$OUT" --repeat 15 --budget 100
 
 step pytest_losses 45 "$PY" -m pytest tests/test_losses_cuda.py -q -p no:cacheprovider
 rc_losses=$?

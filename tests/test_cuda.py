@@ -563,6 +563,9 @@ def test_launch_plans_are_kept_per_block_table(cuda):
     assert len(launch._PLANS) == 2
     looped = sorted(plan.meta["LOOPED"] for plan in launch._PLANS.values())
     assert looped == [False, True]
+    with launch.tile_limits(max_warps=2):
+        logsoftmax.log_softmax(x)
+    assert sorted(p.meta["num_warps"] for p in launch._PLANS.values()) == [2, 4, 4]
     assert_close_eps(_to_numpy(y_looped), _to_numpy(y).astype(np.float64), np.float32, 4)
 
 

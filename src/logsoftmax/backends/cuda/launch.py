@@ -29,7 +29,8 @@ dimension (``s_r == 1``: ``BLOCK_R`` neighbouring rows make each step along
 the axis one contiguous segment). ``BLOCK_N`` and the path depend on ``N``
 and the dtype only, never on strides, so a row's arithmetic (and its bits)
 is the same whatever the layout of ``x`` or ``out``. ``num_warps`` grows
-with the tile: 4 up to 2048 elements, 8 up to 8192, else 16.
+with the tile: 4 up to 2048 elements, 8 up to 8192, else 16 (at most
+``Limits.max_warps``).
 """
 
 from __future__ import annotations
@@ -94,6 +95,9 @@ class Limits:
       loop_block_f64: the same for float64.
       tile: elements per program when the axis is the contiguous dimension.
       tile_rows_contiguous: elements per program when ``s_r == 1``.
+      max_warps: the most warps a program gets (the rule in ``_warps``
+        gives 16 from 8192 elements of tile on; not yet measured against
+        fewer: ``benchmarks/cuda_tune.py`` sweeps it).
     """
 
     # measured on an H200 (benchmarks/cuda_tune.py, 4096x32000 float32
@@ -105,6 +109,7 @@ class Limits:
     loop_block_f64: int = 2048
     tile: int = 4096
     tile_rows_contiguous: int = 16384
+    max_warps: int = 16
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -196,8 +201,8 @@ def _low(dtype: torch.dtype) -> bool:
     return dtype in (torch.bfloat16, torch.float16)
 
 
-def _warps(tile: int) -> int:
-    return 4 if tile <= 2048 else 8 if tile <= 8192 else 16
+def _warps(tile: int, max_warps: int) -> int:
+    return min(4 if tile <= 2048 else 8 if tile <= 8192 else 16, max_warps)
 
 
 class _Launch(NamedTuple):
@@ -247,10 +252,16 @@ def _run(kernel, ops: Sequence[Operand], axis, scalar_dtype, consts: dict) -> No
         return
     tensors = [op.tensor for op in ops]
     if not plan.extra and not kernels.INTERPRETED:
+        dev = tensors[0].get_device()
+        if dev != torch.cuda.current_device():
+            # Triton launches on the current device; torch's ops run on their
+            # tensors' device, and so does this one
+            with torch.cuda.device(dev):
+                return _run(kernel, ops, axis, scalar_dtype, consts)
         offs = [op.offset for op in ops]
         # What Triton specialises a compiled kernel on, beyond the plan's key:
         # the device, each pointer's 16-byte alignment, the offsets' values.
-        spec = (tensors[0].get_device(), *(t.data_ptr() % 16 == 0 for t in tensors), *offs)
+        spec = (dev, *(t.data_ptr() % 16 == 0 for t in tensors), *offs)
         launcher = plan.direct.get(spec)
         if launcher is None:
             launcher = plan.direct[spec] = _direct(kernel, plan, tensors, offs)
@@ -313,7 +324,7 @@ def _plan(kernel, ops: Sequence[Operand], axis, scalar_dtype, consts: dict, lim)
         WIDE=wide,
         OUT_LOW=_low(out_dtype),
         BF16_BITS=kernels.INTERPRETED and out_dtype == torch.bfloat16,
-        num_warps=_warps(block_r * plan.block_n),
+        num_warps=_warps(block_r * plan.block_n, lim.max_warps),
         # Each product and sum rounds where the formula says, as in the
         # interpreter: with Triton's default mul+add -> fma contraction the
         # TwoProduct/TwoSum pairs of the backward's exact sum lost their
