@@ -251,13 +251,13 @@ def _run(kernel, ops: Sequence[Operand], axis, scalar_dtype, consts: dict) -> No
     if plan.grid[0] == 0:
         return
     tensors = [op.tensor for op in ops]
-    if not plan.extra and not kernels.INTERPRETED:
-        dev = tensors[0].get_device()
-        if dev != torch.cuda.current_device():
-            # Triton launches on the current device; torch's ops run on their
-            # tensors' device, and so does this one
-            with torch.cuda.device(dev):
-                return _run(kernel, ops, axis, scalar_dtype, consts)
+    dev = -1 if kernels.INTERPRETED else tensors[0].get_device()
+    if dev >= 0 and dev != torch.cuda.current_device():
+        # Triton launches on the current device; torch's ops run on their
+        # tensors' device, and so does this one
+        with torch.cuda.device(dev):
+            return _run(kernel, ops, axis, scalar_dtype, consts)
+    if not plan.extra and dev >= 0:
         offs = [op.offset for op in ops]
         # What Triton specialises a compiled kernel on, beyond the plan's key:
         # the device, each pointer's 16-byte alignment, the offsets' values.
