@@ -55,8 +55,16 @@ bench-all: bench
 	$(BIN)/python benchmarks/bench_dask.py
 
 ## gpu-check: on a machine with an NVIDIA GPU, the CUDA tests and benchmark (results under $$OUT)
-gpu-check: $(VENV)/.installed-test
-	OUT=$${OUT:-gpu-results} bash benchmarks/gpu_check.sh
+# With no .venv and a $(PYTHON) that already has torch and triton (a GPU
+# image without a package registry, like the H200's), that Python runs the
+# package from src/; otherwise the test extras are installed into .venv.
+gpu-check:
+	@if [ ! -x $(BIN)/python ] && $(PYTHON) -c "import torch, triton" 2>/dev/null; then \
+	  OUT=$${OUT:-gpu-results} PYTHON=$(PYTHON) bash benchmarks/gpu_check.sh; \
+	else \
+	  $(MAKE) $(VENV)/.installed-test && \
+	  OUT=$${OUT:-gpu-results} PYTHON=$(BIN)/python bash benchmarks/gpu_check.sh; \
+	fi
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache

@@ -345,6 +345,12 @@ def main(argv=None) -> int:
         _child(a.child, *map(int, a.shape.split(",")), a.threads)
         return 0
     if a.cuda:
+        import torch
+
+        if not torch.cuda.is_available():
+            print("bench_losses: no CUDA device; nothing to measure with --cuda",
+                  file=sys.stderr)
+            return 0
         text = cuda_bench(8192, 2048, 128256, 10) if not a.quick else cuda_bench(
             2048, 512, 32000, 5)
         print(text)
