@@ -11,9 +11,10 @@ CUDA events, warm-up excluded, inputs resident on the device):
 - ``copy``: a device-to-device copy of the same number of bytes: the floor.
 
 Each provider is also timed back to back (``BURST`` calls between two
-events, as a training loop issues them): there the CPU's time per call hides
-behind the kernels when it is the shorter, so the ``b2b`` columns show the
-kernels, the per-call columns the kernels plus the front door's wait.
+events, as a training loop issues them; one provider after the other, not
+interleaved): there the CPU's time per call hides behind the kernels when
+it is the shorter, so the ``b2b`` columns show the kernels, the per-call
+columns the kernels plus the front door's wait.
 
 Bytes: the forward reads ``x`` and writes ``y`` once: ``n * (sizeof(src) +
 sizeof(dst))``; the backward reads ``diff_dst`` and ``dst`` and writes

@@ -258,11 +258,6 @@ def _on_gpu(a, device=None) -> bool:
     )
 
 
-def _operand(t):
-    """The Operand of a whole torch tensor (launch.Operand.of, inlined)."""
-    return _LIB[1].Operand(t, 0, tuple(t.shape), t.stride())
-
-
 def _numel(a) -> int:
     return a.size if isinstance(a, np.ndarray) else a.numel()
 
@@ -317,27 +312,26 @@ class CudaBackend(Backend):
     # -- the ops ------------------------------------------------------------
     def _forward(self, op: Op, x, axis: int, out, dtype):
         _, launch, _ = _lib()
+        result = _empty_like(x, dtype) if out is None else out
         if _on_gpu(x) and (out is None or _on_gpu(out, x.device)):
             # torch tensors on the GPU: no staging, no conversions (the
             # common call; see _PLANS in launch.py for why every us counts)
-            result = _empty_like(x, dtype) if out is None else out
-            launch.forward(op, _operand(x), _operand(result), axis)
+            launch.forward(op, launch.Operand.of(x), launch.Operand.of(result), axis)
             return result
         call = _Call([x, out])
-        result = _empty_like(x, dtype) if out is None else out
         launch.forward(op, call.input(x), call.output(result), axis)
         call.finish()
         return out if out is not None else _deliver(x, result)
 
     def _backward(self, op: Op, diff_dst, dst, axis: int, out, dtype):
         _, launch, _ = _lib()
+        result = _empty_like(diff_dst, dtype) if out is None else out
         dev = diff_dst.device if _on_gpu(diff_dst) else None
         if dev is not None and _on_gpu(dst, dev) and (out is None or _on_gpu(out, dev)):
-            result = _empty_like(diff_dst, dtype) if out is None else out
-            launch.backward(op, _operand(diff_dst), _operand(dst), _operand(result), axis)
+            of = launch.Operand.of
+            launch.backward(op, of(diff_dst), of(dst), of(result), axis)
             return result
         call = _Call([diff_dst, dst, out])
-        result = _empty_like(diff_dst, dtype) if out is None else out
         d, y = call.input(diff_dst), call.input(dst)
         launch.backward(op, d, y, call.output(result), axis)
         call.finish()

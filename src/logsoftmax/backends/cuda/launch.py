@@ -102,7 +102,8 @@ class Limits:
 
     # measured on an H200 (benchmarks/cuda_tune.py, 4096x32000 float32
     # forward): one pass up to 32768 took 0.38-0.40 ms a call against
-    # 0.48-0.53 looped; looped 8192-wide blocks were the fastest looped
+    # 0.48-0.53 looped; looped block sizes did not separate from the noise
+    # (docs/cuda.md), 8192 kept
     max_fused: int = 32768
     max_fused_f64: int = 8192
     loop_block: int = 8192
@@ -210,7 +211,6 @@ class _Launch(NamedTuple):
 
     grid: tuple[int]
     extra: list  # batch dims beyond three: (size, strides per operand), looped here
-    sizes: list[int]
     scalars: tuple[int, ...]  # B1, R, N, n_rt, then the strides
     meta: dict  # constexprs and compile options, as kernel[grid] takes them
     constexprs: tuple  # the constexprs in the kernel's order (direct launches)
@@ -221,7 +221,7 @@ class _Launch(NamedTuple):
 #: operands' shapes and strides, axis, dtypes, block-size table). A small
 #: call's time is the Python before its kernel: on an H200 the 1x8 call took
 #: 76 us against torch's 7, of which Triton's own launch was 22 and this
-#: module's geometry 25 (benchmarks/cuda_front_door.py).
+#: module's Python before it 25 (benchmarks/cuda_front_door.py).
 _PLANS: dict = {}
 _PLANS_MAX = 512
 
@@ -232,7 +232,7 @@ def _run(kernel, ops: Sequence[Operand], axis, scalar_dtype, consts: dict) -> No
     ``consts`` holds the op's constexprs; the block sizes, ``WIDE``,
     ``OUT_LOW``/``BF16_BITS`` (of the last operand: the output) are added here.
     """
-    lim = _LIMITS.get()
+    lim = current_limits()
     key = (
         id(kernel),
         axis,
@@ -298,7 +298,7 @@ def _direct(kernel, plan: _Launch, tensors, offs):
 def _plan(kernel, ops: Sequence[Operand], axis, scalar_dtype, consts: dict, lim) -> _Launch:
     geo = _geometry(ops, axis)
     if geo.n == 0 or any(s == 0 for s in ops[0].shape):
-        return _Launch((0,), [], [], (), {}, (), {})
+        return _Launch((0,), [], (), {}, (), {})
     f64 = scalar_dtype == torch.float64
     plan = row_plan(geo.n, f64, lim)
     batch = list(geo.batch)
@@ -337,21 +337,18 @@ def _plan(kernel, ops: Sequence[Operand], axis, scalar_dtype, consts: dict, lim)
         strides += [b0[1][i], b1[1][i], r[1][i]]
         if kernel is not kernels.logsumexp_kernel or i == 0:
             strides.append(geo.axis_strides[i])
-    sizes = [e[0] for e in extra]
     constexprs = ()
     if not kernels.INTERPRETED:
         params = kernel.params
         n_rt_args = len(ops) * 2 + 4 + len(strides)
         assert all(p.is_constexpr for p in params[n_rt_args:]), kernel
         constexprs = tuple(meta[p.name] for p in params[n_rt_args:])
-    return _Launch(
-        grid, extra, sizes, (b1[0], R, geo.n, n_rt, *strides), meta, constexprs, {}
-    )
+    return _Launch(grid, extra, (b1[0], R, geo.n, n_rt, *strides), meta, constexprs, {})
 
 
 def _launch_all(kernel, tensors, ops: Sequence[Operand], plan: _Launch) -> None:
     """One launch per index of the batch dims beyond three (usually one)."""
-    for idx in itertools.product(*(range(s) for s in plan.sizes)):
+    for idx in itertools.product(*(range(e[0]) for e in plan.extra)):
         offs = [
             op.offset + sum(j * e[1][i] for j, e in zip(idx, plan.extra))
             for i, op in enumerate(ops)
