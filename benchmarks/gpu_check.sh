@@ -8,13 +8,14 @@
 # 2. tests/test_cuda.py's default cases with compiled kernels
 #    (TRITON_INTERPRET=0: torch tensors live on cuda, numpy inputs are staged);
 # 3. benchmarks/bench_cuda.py (GB/s vs torch and a device copy);
-# 4. benchmarks/cuda_front_door.py (a small call's microseconds, where they go)
+# 4. benchmarks/cuda_front_door.py (a small call's microseconds, where they go),
+#    benchmarks/cuda_probe.py (registers and spills of each compiled kernel)
 #    and benchmarks/cuda_tune.py (the block-size table on the deciding shapes);
 # 5. tests/test_losses_cuda.py and benchmarks/bench_losses.py --cuda (the fused
 #    linear + cross-entropy's Triton pieces: time and peak memory vs torch);
 # 6. tests/test_cuda.py's slow cases.
 # Everything lands in $OUT (summary.txt, nvidia-smi.txt, pytest*.txt,
-# bench*.txt, bench_cuda.md/.json/.png, cuda_tune.md/.json, bench_losses*).
+# bench*.txt, bench_cuda.md/.json/.png, cuda_probe.md, cuda_tune.md/.json, bench_losses*).
 # With PACK set, $OUT is re-packed into that tarball after every step, so a
 # lease that ends mid-run still returns what was measured (the device tool
 # returns at most 8 files). Each step has its own timeout (sent as SIGINT, so
@@ -76,6 +77,8 @@ step bench 110 "$PY" benchmarks/bench_cuda.py --out "$OUT" --repeat 20
 rc_bench=$?
 
 step front_door 60 "$PY" benchmarks/cuda_front_door.py
+
+step probe 90 "$PY" benchmarks/cuda_probe.py --out "$OUT"
 
 step tune 130 "$PY" benchmarks/cuda_tune.py --out "$OUT" --repeat 15 --budget 100
 

@@ -569,6 +569,29 @@ def test_launch_plans_are_kept_per_block_table(cuda):
     assert_close_eps(_to_numpy(y_looped), _to_numpy(y).astype(np.float64), np.float32, 4)
 
 
+def test_warps_follow_the_tile_and_the_input_width(cuda):
+    """Tiles of 4096 elements take 4 warps for 16-bit inputs, 8 for float32
+    (measured on an H200: docs/cuda.md); 16 from 16384 elements on."""
+    warps = {}
+    for dt in (np.float32, ml_dtypes.bfloat16, np.float16):
+        for shape in ((64, 1000), (2, 32000)):
+            launch._PLANS.clear()
+            logsoftmax.log_softmax(_to_device(np.ones(shape, dtype=dt)))
+            (plan,) = launch._PLANS.values()
+            warps[np.dtype(dt).name, shape] = (
+                plan.meta["BLOCK_R"] * plan.meta["BLOCK_N"],
+                plan.meta["num_warps"],
+            )
+    assert warps == {
+        ("float32", (64, 1000)): (4096, 8),
+        ("bfloat16", (64, 1000)): (4096, 4),
+        ("float16", (64, 1000)): (4096, 4),
+        ("float32", (2, 32000)): (32768, 16),
+        ("bfloat16", (2, 32000)): (32768, 16),
+        ("float16", (2, 32000)): (32768, 16),
+    }
+
+
 def test_torch_out_partially_overlapping_an_input_is_refused(cuda):
     """The overlap check reads torch tensors' pointers (not an interface)."""
     buf = _to_device(np.arange(40, dtype=np.float32))

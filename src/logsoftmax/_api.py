@@ -129,11 +129,15 @@ def _memory(a):
 
 def _byte_range(mem, itemsize: int) -> tuple[int, int]:
     addr, shape, strides = mem
-    if 0 in shape:
-        return addr, addr
-    lo = addr + sum(s * (n - 1) for n, s in zip(shape, strides) if s < 0)
-    hi = addr + sum(s * (n - 1) for n, s in zip(shape, strides) if s > 0) + itemsize
-    return lo, hi
+    lo = hi = addr
+    for n, s in zip(shape, strides):
+        if n == 0:
+            return addr, addr
+        if s < 0:
+            lo += s * (n - 1)
+        else:
+            hi += s * (n - 1)
+    return lo, hi + itemsize
 
 
 def _overlaps(a, b, itemsize_a: int, itemsize_b: int, ma, mb) -> bool:
@@ -179,7 +183,8 @@ def _check_out(fn, backend: Backend, out, shape, dtype, inputs, in_place_ok):
         out_dt == dtype,
         lambda: f"{fn}: out has dtype {out_dt}, expected {dtype}",
     )
-    flags = getattr(out, "flags", None)
+    # torch tensors have no flags (the failed lookup costs a microsecond)
+    flags = None if is_torch_tensor(out) else getattr(out, "flags", None)
     _check_value(
         flags is None or bool(flags.writeable),
         lambda: f"{fn}: out is read-only; expected a writeable array",

@@ -226,6 +226,11 @@ def is_dask_array(x) -> bool:
 def is_cuda_array(x) -> bool:
     """Whether ``x`` lives on a CUDA device: ``__cuda_array_interface__`` or a
     CUDA ``__dlpack_device__`` (checked without importing torch or CuPy)."""
+    if is_torch_tensor(x):
+        # a CUDA tensor builds its interface dict on each lookup, a CPU one
+        # raises inside it: a few us of a small call on an H200 (cProfile of
+        # benchmarks/cuda_front_door.py)
+        return x.is_cuda
     if hasattr(x, "__cuda_array_interface__"):
         return True
     dev = getattr(x, "__dlpack_device__", None)

@@ -249,12 +249,13 @@ def _empty_like(x, dtype: np.dtype, shape=None):
     return torch.empty(tuple(shape), dtype=tdt, device=t.device)
 
 
-def _on_gpu(a, device=None) -> bool:
-    """Whether ``a`` is a torch tensor on a CUDA device (``device``, if given)."""
+def _on_gpu(a, device: int | None = None) -> bool:
+    """Whether ``a`` is a torch tensor on a CUDA device (of index ``device``,
+    if given: an int compare, not ``torch.device`` objects built per call)."""
     return (
         is_torch_tensor(a)
         and a.is_cuda
-        and (device is None or a.device == device)
+        and (device is None or a.get_device() == device)
     )
 
 
@@ -313,7 +314,7 @@ class CudaBackend(Backend):
     def _forward(self, op: Op, x, axis: int, out, dtype):
         _, launch, _ = _lib()
         result = _empty_like(x, dtype) if out is None else out
-        if _on_gpu(x) and (out is None or _on_gpu(out, x.device)):
+        if _on_gpu(x) and (out is None or _on_gpu(out, x.get_device())):
             # torch tensors on the GPU: no staging, no conversions (the
             # common call; see _PLANS in launch.py for why every us counts)
             launch.forward(op, launch.Operand.of(x), launch.Operand.of(result), axis)
@@ -326,7 +327,7 @@ class CudaBackend(Backend):
     def _backward(self, op: Op, diff_dst, dst, axis: int, out, dtype):
         _, launch, _ = _lib()
         result = _empty_like(diff_dst, dtype) if out is None else out
-        dev = diff_dst.device if _on_gpu(diff_dst) else None
+        dev = diff_dst.get_device() if _on_gpu(diff_dst) else None
         if dev is not None and _on_gpu(dst, dev) and (out is None or _on_gpu(out, dev)):
             of = launch.Operand.of
             launch.backward(op, of(diff_dst), of(dst), of(result), axis)

@@ -425,16 +425,22 @@ def backward_kernel(
             _store(x_rows[:, None] + c[None, :] * sx_n, dx, mask, OUT_LOW, BF16_BITS)
     else:
         mask = rmask[:, None] & (cols < N)[None, :]
-        dd = tl.load(
-            d_rows[:, None] + cols[None, :] * sd_n, mask=mask, other=0.0
-        ).to(ACC)
-        y = tl.load(y_rows[:, None] + cols[None, :] * sy_n, mask=mask, other=0.0).to(
-            ACC
-        )
-        if OP == _LOG_SOFTMAX:
+        d_ptrs = d_rows[:, None] + cols[None, :] * sd_n
+        y_ptrs = y_rows[:, None] + cols[None, :] * sy_n
+        dd = tl.load(d_ptrs, mask=mask, other=0.0)
+        if OP == _LOG_SOFTMAX and dd.dtype != tl.float16 and dd.dtype != tl.bfloat16:
+            # dst is read after the sum, which needs diff_dst only: two float32
+            # tiles at once spilled (4096x32000 on an H200, cuda_probe.py)
+            dd = dd.to(ACC)
             S = _accurate_sum(dd, tl.zeros([BLOCK_R, BLOCK_N], ACC), ACC, BLOCK_N)
+            y = tl.load(y_ptrs, mask=mask, other=0.0).to(ACC)
         else:
-            hi, lo = _product(dd, y, SPLIT)
-            S = _accurate_sum(hi, lo, ACC, BLOCK_N)
+            dd = dd.to(ACC)
+            y = tl.load(y_ptrs, mask=mask, other=0.0).to(ACC)
+            if OP == _LOG_SOFTMAX:
+                S = _accurate_sum(dd, tl.zeros([BLOCK_R, BLOCK_N], ACC), ACC, BLOCK_N)
+            else:
+                hi, lo = _product(dd, y, SPLIT)
+                S = _accurate_sum(hi, lo, ACC, BLOCK_N)
         dx = _bwd_finish(dd, y, S, OP)
         _store(x_rows[:, None] + cols[None, :] * sx_n, dx, mask, OUT_LOW, BF16_BITS)

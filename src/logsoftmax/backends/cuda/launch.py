@@ -29,8 +29,8 @@ dimension (``s_r == 1``: ``BLOCK_R`` neighbouring rows make each step along
 the axis one contiguous segment). ``BLOCK_N`` and the path depend on ``N``
 and the dtype only, never on strides, so a row's arithmetic (and its bits)
 is the same whatever the layout of ``x`` or ``out``. ``num_warps`` grows
-with the tile: 4 up to 2048 elements, 8 up to 8192, else 16 (at most
-``Limits.max_warps``).
+with the tile: 4 up to 2048 elements (4096 for 16-bit inputs), 8 up to
+8192, else 16 (at most ``Limits.max_warps``).
 """
 
 from __future__ import annotations
@@ -96,8 +96,9 @@ class Limits:
       tile: elements per program when the axis is the contiguous dimension.
       tile_rows_contiguous: elements per program when ``s_r == 1``.
       max_warps: the most warps a program gets (the rule in ``_warps``
-        gives 16 from 8192 elements of tile on; not yet measured against
-        fewer: ``benchmarks/cuda_tune.py`` sweeps it).
+        gives 16 from 8192 elements of tile on). Measured on an H200
+        (``benchmarks/cuda_tune.py``): 16 is the fastest on rows of 32000,
+        8 took up to 1.24x its time and 4 up to 1.96x.
     """
 
     # measured on an H200 (benchmarks/cuda_tune.py, 4096x32000 float32
@@ -202,8 +203,11 @@ def _low(dtype: torch.dtype) -> bool:
     return dtype in (torch.bfloat16, torch.float16)
 
 
-def _warps(tile: int, max_warps: int) -> int:
-    return min(4 if tile <= 2048 else 8 if tile <= 8192 else 16, max_warps)
+def _warps(tile: int, max_warps: int, low: bool) -> int:
+    # 16-bit tiles of 4096 take 4 warps: 65536x1000 bf16 forward 0.80x the
+    # time of 8 warps on an H200, backward 0.91-0.93x; float32 backward took
+    # 2.0x with 4 (benchmarks/cuda_ab.py, docs/cuda.md)
+    return min(4 if tile <= (4096 if low else 2048) else 8 if tile <= 8192 else 16, max_warps)
 
 
 class _Launch(NamedTuple):
@@ -324,7 +328,7 @@ def _plan(kernel, ops: Sequence[Operand], axis, scalar_dtype, consts: dict, lim)
         WIDE=wide,
         OUT_LOW=_low(out_dtype),
         BF16_BITS=kernels.INTERPRETED and out_dtype == torch.bfloat16,
-        num_warps=_warps(block_r * plan.block_n, lim.max_warps),
+        num_warps=_warps(block_r * plan.block_n, lim.max_warps, _low(scalar_dtype)),
         # Each product and sum rounds where the formula says, as in the
         # interpreter: with Triton's default mul+add -> fma contraction the
         # TwoProduct/TwoSum pairs of the backward's exact sum lost their
