@@ -592,6 +592,72 @@ def test_warps_follow_the_tile_and_the_input_width(cuda):
     }
 
 
+class _ClaimsCuda(torch.Tensor):
+    """A CPU tensor that says it is on a GPU: the interpreter's stand-in for a
+    CUDA tensor at the front door's fast path (the kernels run on CPU
+    tensors there)."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+
+def _unforced_tensor(a: np.ndarray):
+    t = _to_device(a)
+    return t if DEVICE == "cuda" else t.as_subclass(_ClaimsCuda)
+
+
+def test_cuda_tensors_take_the_front_doors_fast_path(monkeypatch):
+    """An allocating call on a CUDA tensor goes from the front door straight
+    to the cuda backend (``fast_forward``/``fast_backward``), with the
+    general path's bits; a forced backend, ``out=``, ``dtype=``, an integer
+    tensor, an axis out of range or mismatched backward operands leave it
+    to the general path (which raises where it must)."""
+    used = []
+    for name in ("fast_forward", "fast_backward"):
+        real = getattr(cuda_backend.CudaBackend, name)
+
+        def spy(self, *args, _real=real, _name=name):
+            result = _real(self, *args)
+            used.append((_name, result is not None))
+            return result
+
+        monkeypatch.setattr(cuda_backend.CudaBackend, name, spy)
+    rng = np.random.default_rng(3)
+    x = _unforced_tensor((rng.standard_normal((5, 37)) * 3).astype(np.float32))
+    dd = _unforced_tensor(rng.standard_normal((5, 37)).astype(np.float32))
+    for fwd, bwd in zip(FORWARD, BACKWARD):
+        for axis in (1, 0, -1):
+            used.clear()
+            y = _fn(fwd)(x, axis=axis)
+            g = _fn(bwd)(dd, y, axis=axis)
+            assert used == [("fast_forward", True), ("fast_backward", True)]
+            with logsoftmax.use_backend("cuda"):  # forced: the general path
+                y_general = _fn(fwd)(x, axis=axis)
+                g_general = _fn(bwd)(dd, y_general, axis=axis)
+            assert len(used) == 2
+            assert torch.equal(y.view(torch.int32), y_general.view(torch.int32))
+            assert torch.equal(g.view(torch.int32), g_general.view(torch.int32))
+    used.clear()
+    logsoftmax.log_softmax(x, out=torch.empty_like(x))
+    logsoftmax.log_softmax(x, dtype=np.float64)
+    assert used == []
+    ints = _unforced_tensor(np.arange(6, dtype=np.int64).reshape(2, 3))
+    assert logsoftmax.log_softmax(ints).dtype == torch.float32  # promoted
+    with pytest.raises(IndexError, match="axis=2"):
+        logsoftmax.log_softmax(x, axis=2)
+    with pytest.raises(ValueError, match="shape"):
+        logsoftmax.log_softmax_backward(dd, x[:, :5])
+    with pytest.raises(TypeError, match="dtype"):
+        logsoftmax.log_softmax_backward(dd, x.double())
+    assert used == [
+        ("fast_forward", False),
+        ("fast_forward", False),
+        ("fast_backward", False),
+        ("fast_backward", False),
+    ]
+
+
 def test_torch_out_partially_overlapping_an_input_is_refused(cuda):
     """The overlap check reads torch tensors' pointers (not an interface)."""
     buf = _to_device(np.arange(40, dtype=np.float32))

@@ -287,6 +287,15 @@ def default_cpu():
     return None
 
 
+def unforced_backend(name: str):
+    """Backend ``name`` when no backend is forced, else None (the front door's
+    fast path for CUDA tensors; :func:`default_cpu` is the numpy one's)."""
+    if _forced_local.get() is None and _forced_global is None:
+        inst = _INSTANCES.get(name)
+        return inst if inst is not None else get_backend(name)
+    return None
+
+
 def select_backend(x) -> Backend:
     """The backend that runs ``x``: forced, else by array type (dispatch is
     by these two tests, in this order; no backend is asked)."""

@@ -249,6 +249,19 @@ def _empty_like(x, dtype: np.dtype, shape=None):
     return torch.empty(tuple(shape), dtype=tdt, device=t.device)
 
 
+#: torch dtype -> numpy dtype, for the four dtypes computed natively
+_NATIVE: dict = {}
+
+
+def _native(tdtype):
+    """The numpy dtype of a natively computed torch dtype, else None."""
+    if not _NATIVE:  # filled on first use: torch is imported lazily
+        torch = _lib()[0]
+        for t in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+            _NATIVE[t] = numpy_dtype(t)
+    return _NATIVE.get(tdtype)
+
+
 def _on_gpu(a, device: int | None = None) -> bool:
     """Whether ``a`` is a torch tensor on a CUDA device (of index ``device``,
     if given: an int compare, not ``torch.device`` objects built per call)."""
@@ -337,6 +350,32 @@ class CudaBackend(Backend):
         launch.backward(op, d, y, call.output(result), axis)
         call.finish()
         return out if out is not None else _deliver(diff_dst, result)
+
+    # -- the front door's fast path (logsoftmax._api) ------------------------
+    def fast_forward(self, op: int, x, axis: int):
+        """The allocating forward of a CUDA tensor ``x`` with an int ``axis``,
+        or None where the general path must decide (another dtype, an axis
+        out of range: it raises). The checks it skips hold by construction."""
+        dt = _native(x.dtype)
+        nd = x.dim()
+        if dt is None or not -nd <= axis < nd:
+            return None
+        return self._forward(op, x, axis % nd, None, dt)
+
+    def fast_backward(self, op: int, diff_dst, dst, axis: int):
+        """:meth:`fast_forward` for the backward: ``dst`` a tensor of
+        ``diff_dst``'s dtype, shape and device."""
+        dt = _native(diff_dst.dtype)
+        nd = diff_dst.dim()
+        if (
+            dt is None
+            or not -nd <= axis < nd
+            or not is_torch_tensor(dst)
+            or dst.dtype != diff_dst.dtype
+            or dst.shape != diff_dst.shape
+        ):
+            return None
+        return self._backward(op, diff_dst, dst, axis % nd, None, dt)
 
     def log_softmax(self, x, axis, out, dtype):
         return self._forward(Op.LOG_SOFTMAX, x, axis, out, dtype)

@@ -228,6 +228,9 @@ class _Launch(NamedTuple):
 #: module's Python before it 25 (benchmarks/cuda_front_door.py).
 _PLANS: dict = {}
 _PLANS_MAX = 512
+#: more than one visible GPU: only then can a tensor's device differ from the
+#: current one (``torch.cuda.current_device()`` is ~1 us of a small call)
+_MULTI_GPU = torch.cuda.device_count() > 1
 
 
 def _run(kernel, ops: Sequence[Operand], axis, scalar_dtype, consts: dict) -> None:
@@ -256,7 +259,7 @@ def _run(kernel, ops: Sequence[Operand], axis, scalar_dtype, consts: dict) -> No
         return
     tensors = [op.tensor for op in ops]
     dev = -1 if kernels.INTERPRETED else tensors[0].get_device()
-    if dev >= 0 and dev != torch.cuda.current_device():
+    if dev >= 0 and _MULTI_GPU and dev != torch.cuda.current_device():
         # Triton launches on the current device; torch's ops run on their
         # tensors' device, and so does this one
         with torch.cuda.device(dev):
