@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"# compiled kernels on {torch.cuda.get_device_name()}",
         "",
-        "| problem | dir | dtype | table | path | BLOCK_R x BLOCK_N | warps | regs | spill B | smem B | programs/SM by regs |",
+        "| problem | dir | dtype | table | path | BLOCK_R x BLOCK_N | warps | regs"
+        " | spill B | smem B | programs/SM by regs |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, direction, dt, shape in PROBLEMS:

@@ -190,7 +190,7 @@ def _check_out(fn, backend: Backend, out, shape, dtype, inputs, in_place_ok):
         out_dt == dtype,
         lambda: f"{fn}: out has dtype {out_dt}, expected {dtype}",
     )
-    # torch tensors have no flags (the failed lookup costs a microsecond)
+    # torch tensors have no flags (a failing lookup raises inside)
     flags = None if is_torch_tensor(out) else getattr(out, "flags", None)
     _check_value(
         flags is None or bool(flags.writeable),
@@ -260,7 +260,7 @@ def _fast_forward(op: int, x, axis, out):
     """The backend result for the common call, or None (take the general path).
 
     CUDA tensors (allocating, int axis) go to the cuda backend's own fast
-    path: on an H200 the general path's Python was a third of a 1x8 call
+    path: on an H200 the general path's checks were ~10% of a 1x8 call
     (docs/cuda.md)."""
     if type(x) is _ndarray and type(axis) is int:
         dt = x.dtype
@@ -319,7 +319,12 @@ def _fast_backward(op: int, diff_dst, dst, axis, out):
                         or (_apart(out, diff_dst) and _apart(out, dst))
                     ) and out.flags.writeable:
                         return cpu.backward(op, diff_dst, dst, axis, out, dt)
-    if out is None and type(axis) is int and is_torch_tensor(diff_dst) and diff_dst.is_cuda:
+    if (
+        out is None
+        and type(axis) is int
+        and is_torch_tensor(diff_dst)
+        and diff_dst.is_cuda
+    ):
         cuda = unforced_backend("cuda")
         if cuda is not None:
             return cuda.fast_backward(op, diff_dst, dst, axis)

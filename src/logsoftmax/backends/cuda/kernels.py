@@ -429,8 +429,10 @@ def backward_kernel(
         y_ptrs = y_rows[:, None] + cols[None, :] * sy_n
         dd = tl.load(d_ptrs, mask=mask, other=0.0)
         if OP == _LOG_SOFTMAX and dd.dtype != tl.float16 and dd.dtype != tl.bfloat16:
-            # dst is read after the sum, which needs diff_dst only: two float32
-            # tiles at once spilled (4096x32000 on an H200, cuda_probe.py)
+            # log_softmax's sum needs diff_dst only, so a float32/64 dst is
+            # read after it: two float32 tiles at once spilled, and 4096x32000
+            # took 0.51 ms against 0.38 (H200, benchmarks/cuda_probe.py and
+            # cuda_ab.py). A 16-bit dst read late took 1.19-1.24x the time.
             dd = dd.to(ACC)
             S = _accurate_sum(dd, tl.zeros([BLOCK_R, BLOCK_N], ACC), ACC, BLOCK_N)
             y = tl.load(y_ptrs, mask=mask, other=0.0).to(ACC)

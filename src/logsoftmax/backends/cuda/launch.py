@@ -207,7 +207,8 @@ def _warps(tile: int, max_warps: int, low: bool) -> int:
     # 16-bit tiles of 4096 take 4 warps: 65536x1000 bf16 forward 0.80x the
     # time of 8 warps on an H200, backward 0.91-0.93x; float32 backward took
     # 2.0x with 4 (benchmarks/cuda_ab.py, docs/cuda.md)
-    return min(4 if tile <= (4096 if low else 2048) else 8 if tile <= 8192 else 16, max_warps)
+    warps = 4 if tile <= (4096 if low else 2048) else 8 if tile <= 8192 else 16
+    return min(warps, max_warps)
 
 
 class _Launch(NamedTuple):
