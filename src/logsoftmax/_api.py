@@ -228,7 +228,9 @@ def _check_out(fn, backend: Backend, out, shape, dtype, inputs, in_place_ok):
 # so it is recognised with a few type and attribute tests and handed to the
 # cpu backend directly. Anything else (and every error) takes the general
 # path. Measured: the general path cost ~10 us (allocating) / ~24 us (out=)
-# before the kernel; this one ~0.5 us (docs/performance.md).
+# before the kernel; this one ~0.5 us (docs/performance.md). CUDA tensors
+# (allocating, no ``dtype=``) go to the cuda backend's ``fast_forward`` /
+# ``fast_backward`` the same way, which check dtype and axis themselves.
 _NATIVE = frozenset(dtypes.SUPPORTED)
 _LSM, _SM = int(Op.LOG_SOFTMAX), int(Op.SOFTMAX)
 _ndarray = np.ndarray
