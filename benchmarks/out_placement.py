@@ -17,11 +17,11 @@ page offset is 0, 64, 1024, 2048 and 3072 bytes (0: the same as ``x``'s).
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
 import logsoftmax
+from logsoftmax.driver.perf import median_seconds
 
 OFFSETS = (0, 64, 1024, 2048, 3072)
 PAGE = 4096
@@ -64,19 +64,11 @@ def main(argv: list[str] | None = None) -> int:
 
     fns = {"allocating": call}
     fns.update({f"out= at page offset {off}": (lambda o=o: call(o)) for off, o in outs.items()})
-    for fn in fns.values():
-        fn()
-        fn()
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(args.rounds):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
+    seconds = median_seconds(fns, args.rounds)
     print(f"{args.rows}x{args.n} float32 {args.op}, x at page offset 0; "
           f"medians of {args.rounds} interleaved rounds")
-    for k, v in times.items():
-        print(f"{k:>26}: {np.median(v) * 1e3:.3f} ms")
+    for k, t in seconds.items():
+        print(f"{k:>26}: {t * 1e3:.3f} ms")
     return 0
 
 
