@@ -13,6 +13,7 @@ Errors are in units of the dtype's eps (API.md section 1):
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -1531,6 +1532,27 @@ def test_touch_pages_stores_into_every_page_and_nowhere_else():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore, /proc: Linux")
+def test_pooled_results_freed_past_the_limit_or_alive_at_exit_print_nothing():
+    """A result freed when the pool is full, or still alive at exit, leaves
+    no "Exception ignored ... BufferError" on stderr (its buffer was closed
+    while the dying owner still exported it), and the pool keeps working."""
+    code = (
+        "import numpy as np, logsoftmax\n"
+        "from logsoftmax.backends.cpu import alloc\n"
+        "x = np.ones((64, 32768), np.float32)  # 8 MiB results, a 4 MiB pool\n"
+        "for _ in range(3):\n"
+        "    y = logsoftmax.log_softmax(x); del y\n"
+        "assert alloc.pooled_bytes() == 0\n"
+        "kept = [logsoftmax.log_softmax(x) for _ in range(3)]\n"
+        "assert all((k == kept[0]).all() for k in kept)\n"
+    )
+    env = {**os.environ, "LOGSOFTMAX_POOL_LIMIT": str(4 << 20)}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert run.returncode == 0, run.stderr
+    assert "Exception ignored" not in run.stderr and "BufferError" not in run.stderr, run.stderr
+
+
 def test_fault_in_touch_maps_a_fresh_pool_result_which_is_private_memory():
     """A big fresh result comes from the pool's *private* anonymous maps
     (a shared one's page faults cost more), and ``alloc.fault_in`` with

@@ -122,14 +122,19 @@ def _take(cap: int) -> mmap.mmap:
 
 
 def _give_back(buf: mmap.mmap) -> None:
+    """Keep ``buf`` for the next result of its size, within the limit.
+
+    Runs while the dying owner still exports ``buf``: closing it here raised
+    ``BufferError`` (printed as "Exception ignored") for every result freed
+    past the limit. A buffer not kept is unmapped with its last reference,
+    once the owner is gone.
+    """
     global _kept
     cap = len(buf)
     with _lock:
         if _kept + cap <= _limit:
             _free.setdefault(cap, []).append(buf)
             _kept += cap
-            return
-    buf.close()
 
 
 def _pooled(nbytes: int, dtype: np.dtype) -> np.ndarray:
@@ -139,7 +144,9 @@ def _pooled(nbytes: int, dtype: np.dtype) -> np.ndarray:
     owner = (ctypes.c_char * nbytes).from_buffer(buf)
     # every view of the array keeps `owner` alive; when the last one goes,
     # the buffer returns to the pool (the finalizer holds `buf`, not `owner`)
-    weakref.finalize(owner, _give_back, buf)
+    # not at exit: results still alive then (their buffers exported) would
+    # be pooled or closed under them; the process's maps go with it anyway
+    weakref.finalize(owner, _give_back, buf).atexit = False
     return np.frombuffer(owner, dtype)
 
 
