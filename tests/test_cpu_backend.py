@@ -1531,7 +1531,6 @@ def test_touch_pages_stores_into_every_page_and_nowhere_else():
     assert np.count_nonzero(whole == 0) == len(expect)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore, /proc: Linux")
 def test_pooled_results_freed_past_the_limit_or_alive_at_exit_print_nothing():
     """A result freed when the pool is full, or still alive at exit, leaves
     no "Exception ignored ... BufferError" on stderr (its buffer was closed
@@ -1553,6 +1552,7 @@ def test_pooled_results_freed_past_the_limit_or_alive_at_exit_print_nothing():
     assert "Exception ignored" not in run.stderr and "BufferError" not in run.stderr, run.stderr
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore, /proc: Linux")
 def test_fault_in_touch_maps_a_fresh_pool_result_which_is_private_memory():
     """A big fresh result comes from the pool's *private* anonymous maps
     (a shared one's page faults cost more), and ``alloc.fault_in`` with

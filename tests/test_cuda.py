@@ -608,40 +608,38 @@ def _unforced_tensor(a: np.ndarray):
 
 
 def test_cuda_tensors_take_the_front_doors_fast_path(monkeypatch):
-    """An allocating call on a CUDA tensor goes from the front door straight
-    to the cuda backend (``fast_forward``/``fast_backward``), with the
-    general path's bits; a forced backend, ``out=``, ``dtype=``, an integer
-    tensor, an axis out of range or mismatched backward operands leave it
-    to the general path (which raises where it must)."""
-    used = []
-    for name in ("fast_forward", "fast_backward"):
-        real = getattr(cuda_backend.CudaBackend, name)
+    """An allocating call on CUDA tensors goes from the front door straight
+    to the cuda backend, without the general path's backend selection, and
+    gives the general path's bits; a forced backend, ``out=``, ``dtype=``,
+    an integer tensor, an axis out of range or mismatched backward operands
+    take the general path (which raises where it must)."""
+    from logsoftmax import _api
 
-        def spy(self, *args, _real=real, _name=name):
-            result = _real(self, *args)
-            used.append((_name, result is not None))
-            return result
+    general = []
+    real_select = _api.select_backend
 
-        monkeypatch.setattr(cuda_backend.CudaBackend, name, spy)
+    def select(x):
+        general.append(x)
+        return real_select(x)
+
+    monkeypatch.setattr(_api, "select_backend", select)
     rng = np.random.default_rng(3)
     x = _unforced_tensor((rng.standard_normal((5, 37)) * 3).astype(np.float32))
     dd = _unforced_tensor(rng.standard_normal((5, 37)).astype(np.float32))
     for fwd, bwd in zip(FORWARD, BACKWARD):
         for axis in (1, 0, -1):
-            used.clear()
             y = _fn(fwd)(x, axis=axis)
             g = _fn(bwd)(dd, y, axis=axis)
-            assert used == [("fast_forward", True), ("fast_backward", True)]
+            assert general == []
             with logsoftmax.use_backend("cuda"):  # forced: the general path
                 y_general = _fn(fwd)(x, axis=axis)
                 g_general = _fn(bwd)(dd, y_general, axis=axis)
-            assert len(used) == 2
+            assert len(general) == 2
+            general.clear()
             assert torch.equal(y.view(torch.int32), y_general.view(torch.int32))
             assert torch.equal(g.view(torch.int32), g_general.view(torch.int32))
-    used.clear()
     logsoftmax.log_softmax(x, out=torch.empty_like(x))
     logsoftmax.log_softmax(x, dtype=np.float64)
-    assert used == []
     ints = _unforced_tensor(np.arange(6, dtype=np.int64).reshape(2, 3))
     assert logsoftmax.log_softmax(ints).dtype == torch.float32  # promoted
     with pytest.raises(IndexError, match="axis=2"):
@@ -650,12 +648,26 @@ def test_cuda_tensors_take_the_front_doors_fast_path(monkeypatch):
         logsoftmax.log_softmax_backward(dd, x[:, :5])
     with pytest.raises(TypeError, match="dtype"):
         logsoftmax.log_softmax_backward(dd, x.double())
-    assert used == [
-        ("fast_forward", False),
-        ("fast_forward", False),
-        ("fast_backward", False),
-        ("fast_backward", False),
-    ]
+    assert len(general) == 6
+
+
+def test_device_guard_counts_gpus_at_the_first_launch_only(monkeypatch):
+    """Only with more than one visible GPU can a tensor's device differ from
+    the current one; the count is asked once, at the first GPU launch (not
+    when launch.py is imported)."""
+    asked = []
+
+    def count():
+        asked.append(1)
+        return gpus
+
+    monkeypatch.setattr(launch.torch.cuda, "device_count", count)
+    monkeypatch.setattr(launch.torch.cuda, "current_device", lambda: 0)
+    for gpus, want in ((1, [False, False]), (2, [False, True])):
+        monkeypatch.setattr(launch, "_MULTI_GPU", None)
+        asked.clear()
+        assert [launch._elsewhere(0), launch._elsewhere(1)] == want
+        assert asked == [1]
 
 
 def test_torch_out_partially_overlapping_an_input_is_refused(cuda):

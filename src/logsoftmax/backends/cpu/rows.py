@@ -755,7 +755,6 @@ def _write_span_joined(xs, os, bstart, bend, n, op, accurate, m, lg, inv, final,
     in the general copy gained nothing (174763x48 1.00-1.02x,
     64x3x224x224 axis 3 0.99x, 8x16x384x384 axis 3 1.00x), so they
     blend."""
-    head = _JOINED_HEAD
     j = bstart // W  # the vector from element j W, in its row's frame
     for r in range(1, (bend - bstart) // n + 1):
         mr, br = m[r], _second_stat(lg, inv, r, op)
@@ -763,12 +762,12 @@ def _write_span_joined(xs, os, bstart, bend, n, op, accurate, m, lg, inv, final,
         for _ in range(n // W):
             cur = forward_vec(vload(xs, j * W), mr, mr, br, br, mr32, br32, op, accurate)
             if j > 0:  # the line from head + (j - 1) W: the end of one vector, the start of the next
-                vstore_nt(os, head + (j - 1) * W, join_at(prev, cur, _JOINED_HEAD))
+                vstore_nt(os, _JOINED_HEAD + (j - 1) * W, join_at(prev, cur, _JOINED_HEAD))
             prev = cur
             j += 1
     if final:
         r = (bend - bstart) // n
-        e = head + (j - 1) * W
+        e = _JOINED_HEAD + (j - 1) * W
         write_forward(xs, os, e, bend - e, op, accurate, m[r], lg[r], inv[r])
     return prev
 

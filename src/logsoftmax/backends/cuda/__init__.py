@@ -249,19 +249,6 @@ def _empty_like(x, dtype: np.dtype, shape=None):
     return torch.empty(tuple(shape), dtype=tdt, device=t.device)
 
 
-#: torch dtype -> numpy dtype, for the four dtypes computed natively
-_NATIVE: dict = {}
-
-
-def _native(tdtype):
-    """The numpy dtype of a natively computed torch dtype, else None."""
-    if not _NATIVE:  # filled on first use: torch is imported lazily
-        torch = _lib()[0]
-        for t in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
-            _NATIVE[t] = numpy_dtype(t)
-    return _NATIVE.get(tdtype)
-
-
 def _on_gpu(a, device: int | None = None) -> bool:
     """Whether ``a`` is a torch tensor on a CUDA device (of index ``device``,
     if given: an int compare, not ``torch.device`` objects built per call)."""
@@ -324,7 +311,9 @@ class CudaBackend(Backend):
         return _torch_to_foreign(x, _foreign_to_torch(x).to(torch_dtype(dtype)))
 
     # -- the ops ------------------------------------------------------------
-    def _forward(self, op: Op, x, axis: int, out, dtype):
+    def forward(self, op: Op, x, axis: int, out, dtype):
+        """``log_softmax``/``softmax`` (``op``) of ``x`` along ``axis`` (the
+        cpu backend's signature: the front door's fast path calls it)."""
         _, launch, _ = _lib()
         result = _empty_like(x, dtype) if out is None else out
         if _on_gpu(x) and (out is None or _on_gpu(out, x.get_device())):
@@ -337,7 +326,8 @@ class CudaBackend(Backend):
         call.finish()
         return out if out is not None else _deliver(x, result)
 
-    def _backward(self, op: Op, diff_dst, dst, axis: int, out, dtype):
+    def backward(self, op: Op, diff_dst, dst, axis: int, out, dtype):
+        """The backward of ``op`` (as :meth:`forward`)."""
         _, launch, _ = _lib()
         result = _empty_like(diff_dst, dtype) if out is None else out
         dev = diff_dst.get_device() if _on_gpu(diff_dst) else None
@@ -351,43 +341,17 @@ class CudaBackend(Backend):
         call.finish()
         return out if out is not None else _deliver(diff_dst, result)
 
-    # -- the front door's fast path (logsoftmax._api) ------------------------
-    def fast_forward(self, op: int, x, axis: int):
-        """The allocating forward of a CUDA tensor ``x`` with an int ``axis``,
-        or None where the general path must decide (another dtype, an axis
-        out of range: it raises). The checks it skips hold by construction."""
-        dt = _native(x.dtype)
-        nd = x.dim()
-        if dt is None or not -nd <= axis < nd:
-            return None
-        return self._forward(op, x, axis % nd, None, dt)
-
-    def fast_backward(self, op: int, diff_dst, dst, axis: int):
-        """:meth:`fast_forward` for the backward: ``dst`` a tensor of
-        ``diff_dst``'s dtype, shape and device."""
-        dt = _native(diff_dst.dtype)
-        nd = diff_dst.dim()
-        if (
-            dt is None
-            or not -nd <= axis < nd
-            or not is_torch_tensor(dst)
-            or dst.dtype != diff_dst.dtype
-            or dst.shape != diff_dst.shape
-        ):
-            return None
-        return self._backward(op, diff_dst, dst, axis % nd, None, dt)
-
     def log_softmax(self, x, axis, out, dtype):
-        return self._forward(Op.LOG_SOFTMAX, x, axis, out, dtype)
+        return self.forward(Op.LOG_SOFTMAX, x, axis, out, dtype)
 
     def softmax(self, x, axis, out, dtype):
-        return self._forward(Op.SOFTMAX, x, axis, out, dtype)
+        return self.forward(Op.SOFTMAX, x, axis, out, dtype)
 
     def log_softmax_backward(self, diff_dst, dst, axis, out, dtype):
-        return self._backward(Op.LOG_SOFTMAX, diff_dst, dst, axis, out, dtype)
+        return self.backward(Op.LOG_SOFTMAX, diff_dst, dst, axis, out, dtype)
 
     def softmax_backward(self, diff_dst, dst, axis, out, dtype):
-        return self._backward(Op.SOFTMAX, diff_dst, dst, axis, out, dtype)
+        return self.backward(Op.SOFTMAX, diff_dst, dst, axis, out, dtype)
 
     def logsumexp(self, x, axes, keepdims):
         """Reduce over ``axes`` with :func:`~.launch.logsumexp`.

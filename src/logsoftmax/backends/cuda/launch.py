@@ -97,8 +97,9 @@ class Limits:
       tile_rows_contiguous: elements per program when ``s_r == 1``.
       max_warps: the most warps a program gets (the rule in ``_warps``
         gives 16 from 8192 elements of tile on). Measured on an H200
-        (``benchmarks/cuda_tune.py``): 16 is the fastest on rows of 32000,
-        8 took up to 1.24x its time and 4 up to 1.96x.
+        (``benchmarks/cuda_tune.py``): on rows of 32000, 16 is the fastest
+        or within 1% of it (float32 backward: 8 warps 0.99x); 8 took up to
+        1.24x its time, 4 up to 1.96x.
     """
 
     # measured on an H200 (benchmarks/cuda_tune.py, 4096x32000 float32
@@ -230,8 +231,18 @@ class _Launch(NamedTuple):
 _PLANS: dict = {}
 _PLANS_MAX = 512
 #: more than one visible GPU: only then can a tensor's device differ from the
-#: current one (``torch.cuda.current_device()`` is ~1 us of a small call)
-_MULTI_GPU = torch.cuda.device_count() > 1
+#: current one (``torch.cuda.current_device()`` is ~1 us of a small call).
+#: Counted at the first launch on a GPU, not at import: the interpreter and
+#: a process that forks before using CUDA never ask the driver.
+_MULTI_GPU: bool | None = None
+
+
+def _elsewhere(dev: int) -> bool:
+    """Whether device ``dev`` is not the current one (Triton launches there)."""
+    global _MULTI_GPU
+    if _MULTI_GPU is None:
+        _MULTI_GPU = torch.cuda.device_count() > 1
+    return _MULTI_GPU and dev != torch.cuda.current_device()
 
 
 def _run(kernel, ops: Sequence[Operand], axis, scalar_dtype, consts: dict) -> None:
@@ -260,7 +271,7 @@ def _run(kernel, ops: Sequence[Operand], axis, scalar_dtype, consts: dict) -> No
         return
     tensors = [op.tensor for op in ops]
     dev = -1 if kernels.INTERPRETED else tensors[0].get_device()
-    if dev >= 0 and _MULTI_GPU and dev != torch.cuda.current_device():
+    if dev >= 0 and _elsewhere(dev):
         # Triton launches on the current device; torch's ops run on their
         # tensors' device, and so does this one
         with torch.cuda.device(dev):
