@@ -16,14 +16,24 @@ This script times, interleaved in one process:
 * on one thread, on a few tiles that stay in L2, each pass of the kernel
   alone (its own functions: ``_tile_max``, the lane-major and row-major
   sums, ``_tile_write``) and the whole tile forward;
-* the ``exp`` alone, on vectors in registers (no loads): the arithmetic of
-  the sums without their memory.
+* the ``exp`` alone, on vectors from a 4 KiB buffer (L1): the arithmetic of
+  the sums without their memory;
+* our 2-thread forward on the same values with the reduced axis moved
+  last (a contiguous copy made beforehand): the row kernels on rows of
+  the same length, the layout with no strided access;
+* on two threads at once (each its own few KiB, L1): the whole forward's
+  arithmetic alone (every vector through the max, the sums' terms and
+  adds, pass 2 and its store), and the peak rate of independent ``zmm``
+  FMAs. The first is what the vector pipes must do per element at this
+  accuracy, with no cache or memory traffic; "FMA slots an element" is
+  how many FMAs the pipes could have run in its time.
 
 The passes alone, in cache, summed: what the kernel as built (its passes
 one after another, each tile's) costs with memory fully hidden. If that
-exceeds the budget, hiding memory is not enough; only passes of different
-tiles sharing the vector ports better could help, which these timings do
-not measure (each pass's idle share of the ports needs hardware counters).
+exceeds the budget, hiding memory is not enough. The arithmetic alone on
+two threads is the floor of any kernel with these formulas: below the
+budget, 50% is not shown out of reach, and the gap between it and the
+passes is what loads, stores and loop control from L2 add.
 
 Run: ``python benchmarks/strided_limits.py [--repeat 9]`` (prints only).
 """
@@ -36,19 +46,24 @@ from pathlib import Path
 
 import numba
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 import logsoftmax
 from logsoftmax.backends.cpu import columns as C
 from logsoftmax.backends.cpu._math import exp_f32_sum, exp_f64
-from logsoftmax.backends.cpu._vec import W, hi_f64, lane, lo_f64, splat, vload
-from logsoftmax.backends.cpu.segment import LANES32, LANES64
+from logsoftmax.backends.cpu._simd import wide_vectors
+from logsoftmax.backends.cpu._vec import W, hi_f64, lane, lo_f64, splat, vfma, vload, vstore
+from logsoftmax.backends.cpu.segment import LANES32, LANES64, forward_vec, vmax_x86
 from logsoftmax.driver.perf import copy2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import cpu_info, time_calls  # noqa: E402
 
 _LSM = 0  # Op.LOG_SOFTMAX as the backend passes it (an int)
+#: the arithmetic-alone kernel's elements a thread (4-8 KiB: L1) and rounds
+_ARITH_ELEMS = 2048
+_ARITH_REPS = 64
+_FMA_ROUNDS = 200_000
 _BITS = {np.dtype(np.float16): np.int16, np.dtype(np.float32): np.float32}
 
 
@@ -100,28 +115,118 @@ def _tile_forward(xb, ob, g, J, accurate):
 def _exp32_alone(src, count):
     """``exp_f32_sum`` of ``count`` elements' worth of vectors from ``src``
     (L1), summed: the fast sums' arithmetic without their memory."""
+    wide_vectors()
     a0 = splat(np.float32(0.0))
-    a1 = a0
+    a1, a2, a3 = a0, a0, a0
     nv = src.size // W
-    for i in range(0, count // W, 2):
-        k = (i % nv) * W
-        a0 = a0 + exp_f32_sum(vload(src, k))
-        a1 = a1 + exp_f32_sum(vload(src, k + W))
-    return lane(a0 + a1, 0)
+    for _ in range(count // src.size):  # (no i % nv: a division each vector)
+        for i in range(0, nv, 4):
+            a0 = a0 + exp_f32_sum(vload(src, i * W))
+            a1 = a1 + exp_f32_sum(vload(src, (i + 1) * W))
+            a2 = a2 + exp_f32_sum(vload(src, (i + 2) * W))
+            a3 = a3 + exp_f32_sum(vload(src, (i + 3) * W))
+    return lane(a0 + a1 + a2 + a3, 0)
 
 
 @njit(cache=True)
 def _exp64_alone(src, count):
     """float64 ``exp`` of ``count`` float32 elements' worth of vectors (the
     accurate sums' terms, two halves a vector), summed."""
+    wide_vectors()
     a0 = splat(0.0)
-    a1 = a0
+    a1, a2, a3 = a0, a0, a0
     nv = src.size // W
-    for i in range(count // W):
-        x = vload(src, (i % nv) * W)
-        a0 = a0 + exp_f64(lo_f64(x))
-        a1 = a1 + exp_f64(hi_f64(x))
-    return lane(a0 + a1, 0)
+    for _ in range(count // src.size):
+        for i in range(0, nv, 2):
+            x = vload(src, i * W)
+            y = vload(src, (i + 1) * W)
+            a0 = a0 + exp_f64(lo_f64(x))
+            a1 = a1 + exp_f64(hi_f64(x))
+            a2 = a2 + exp_f64(lo_f64(y))
+            a3 = a3 + exp_f64(hi_f64(y))
+    return lane(a0 + a1 + a2 + a3, 0)
+
+
+@njit(inline="always")
+def _arith_one(src, dst, reps, accurate):
+    """The forward's arithmetic on ``src`` (a few KiB: L1), ``reps`` times:
+    each vector through the max pass (``vmax_x86``), the sums (the float32
+    or float64 terms and their adds) and pass 2 (``forward_vec`` and its
+    store, into ``dst``: L1 too), with four independent chains a pass so
+    that no latency binds. The loads widen 16-bit data as the kernel's do."""
+    wide_vectors()
+    nv = src.size // W
+    b0 = splat(np.float32(-np.inf))
+    b1, b2, b3 = b0, b0, b0
+    s0 = splat(0.0)
+    s1, s2, s3, s4, s5, s6, s7 = s0, s0, s0, s0, s0, s0, s0
+    f0 = splat(np.float32(0.0))
+    f1, f2, f3 = f0, f0, f0
+    m = splat(np.float32(4.0))
+    m64 = splat(4.0)
+    lg = splat(2.0)
+    lg32 = splat(np.float32(2.0))
+    for _ in range(reps):
+        for i in range(0, nv, 4):
+            b0 = vmax_x86(b0, vload(src, i * W))
+            b1 = vmax_x86(b1, vload(src, (i + 1) * W))
+            b2 = vmax_x86(b2, vload(src, (i + 2) * W))
+            b3 = vmax_x86(b3, vload(src, (i + 3) * W))
+        for i in range(0, nv, 4):
+            x0 = vload(src, i * W)
+            x1 = vload(src, (i + 1) * W)
+            x2 = vload(src, (i + 2) * W)
+            x3 = vload(src, (i + 3) * W)
+            if accurate:
+                s0 = s0 + exp_f64(lo_f64(x0) - m64)
+                s1 = s1 + exp_f64(hi_f64(x0) - m64)
+                s2 = s2 + exp_f64(lo_f64(x1) - m64)
+                s3 = s3 + exp_f64(hi_f64(x1) - m64)
+                s4 = s4 + exp_f64(lo_f64(x2) - m64)
+                s5 = s5 + exp_f64(hi_f64(x2) - m64)
+                s6 = s6 + exp_f64(lo_f64(x3) - m64)
+                s7 = s7 + exp_f64(hi_f64(x3) - m64)
+            else:
+                f0 = f0 + exp_f32_sum(x0 - m)
+                f1 = f1 + exp_f32_sum(x1 - m)
+                f2 = f2 + exp_f32_sum(x2 - m)
+                f3 = f3 + exp_f32_sum(x3 - m)
+        for i in range(nv):
+            vstore(dst, i * W, forward_vec(vload(src, i * W), m64, m64, lg, lg, m, lg32, _LSM, accurate))
+    return (lane(b0 + b1 + b2 + b3, 0) + lane(f0 + f1 + f2 + f3, 0)
+            + lane(s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7, 0))
+
+
+@njit(cache=True, parallel=True)
+def _arith_alone(srcs, dsts, reps, accurate):
+    """:func:`_arith_one` on each thread's own ``srcs[t]``, ``dsts[t]``."""
+    out = np.empty(srcs.shape[0])
+    for t in prange(srcs.shape[0]):
+        out[t] = _arith_one(srcs[t], dsts[t], reps, accurate)
+    return out
+
+
+@njit(inline="always")
+def _fma_one(n, x):
+    """``n`` rounds of 12 independent zmm FMAs: the vector pipes' peak."""
+    wide_vectors()
+    b = splat(np.float32(x * 1e-9))
+    a0 = splat(np.float32(1.0))
+    a1, a2, a3, a4, a5 = a0 + b, a0 - b, a0 + b + b, a0 - b - b, a0 * b
+    a6, a7, a8, a9, a10, a11 = a1 * b, a2 * b, a3 * b, a4 * b, a5 + b, a1 + a2
+    for _ in range(n):
+        a0, a1, a2, a3 = vfma(a0, b, a0), vfma(a1, b, a1), vfma(a2, b, a2), vfma(a3, b, a3)
+        a4, a5, a6, a7 = vfma(a4, b, a4), vfma(a5, b, a5), vfma(a6, b, a6), vfma(a7, b, a7)
+        a8, a9, a10, a11 = vfma(a8, b, a8), vfma(a9, b, a9), vfma(a10, b, a10), vfma(a11, b, a11)
+    return lane(a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11, 0)
+
+
+@njit(cache=True, parallel=True)
+def _fma_peak(n, threads):
+    out = np.empty(threads)
+    for t in prange(threads):
+        out[t] = _fma_one(n, 1.0 + t)
+    return out
 
 
 def _problem(name, shape, axis, dtype, cache_outer, repeat, rng) -> None:
@@ -148,9 +253,18 @@ def _problem(name, shape, axis, dtype, cache_outer, repeat, rng) -> None:
     exp_alone = _exp64_alone if accurate else _exp32_alone
     count = cb.size
     numba.set_num_threads(2)
+    srcs = np.stack([(rng.standard_normal(_ARITH_ELEMS) - 3).astype(dtype).view(bits)
+                     for _ in range(2)])
+    dsts = np.empty_like(srcs)
+    # the same values with the reduced axis moved last: contiguous rows
+    xr = np.ascontiguousarray(np.moveaxis(x, axis, -1))
+    orow = np.empty_like(xr)
     whole = {
         "copy (2 threads)": lambda: copy2(xf.view(bits), of.view(bits)),
         "ours out= (2 threads)": lambda: logsoftmax.log_softmax(x, axis, out=out),
+        "as rows (2 threads)": lambda: logsoftmax.log_softmax(xr, -1, out=orow),
+        "arithmetic alone (2 threads)": lambda: _arith_alone(srcs, dsts, _ARITH_REPS, accurate),
+        "fma peak (2 threads)": lambda: _fma_peak(_FMA_ROUNDS, 2),
     }
     sec2, _ = time_calls(whole, repeat)
     numba.set_num_threads(1)
@@ -169,6 +283,8 @@ def _problem(name, shape, axis, dtype, cache_outer, repeat, rng) -> None:
     ours = sec2["ours out= (2 threads)"] / size * 2 * 1e9
     sums = min(ns["sums lane-major"], ns["sums row-major"])
     floor = ns["max pass"] + sums + ns["write pass"]
+    arith = sec2["arithmetic alone (2 threads)"] / (_ARITH_ELEMS * _ARITH_REPS) * 1e9
+    fmas = 12 * _FMA_ROUNDS / sec2["fma peak (2 threads)"] / 1e9
     kind = "accurate, float64 terms" if accurate else "fast, float32 terms"
     print(f"\n{name}: {'x'.join(map(str, shape))} axis {axis} {np.dtype(dtype).name} ({kind});"
           f" {J} columns a tile; ns per element and thread")
@@ -179,6 +295,11 @@ def _problem(name, shape, axis, dtype, cache_outer, repeat, rng) -> None:
         print(f"  in cache, one thread: {k:24s} {v:.3f}")
     print(f"  max + the cheaper sums + write alone: {floor:.3f} = {floor / budget:.2f}x the budget"
           f" (exp alone {ns['exp alone (registers)'] / budget:.2f}x it)")
+    rows = sec2["as rows (2 threads)"]
+    print(f"  the same values as contiguous rows (axis moved last), 2 threads: {rows * 1e3:.3f} ms"
+          f" ({sec2['copy (2 threads)'] / rows:.0%} of the copy)")
+    print(f"  2 threads at once: the arithmetic alone (L1) {arith:.3f} = {arith / budget:.2f}x the"
+          f" budget; zmm FMAs {fmas:.2f} G/s a thread ({arith * fmas:.1f} FMA slots an element)")
 
 
 def main() -> None:
