@@ -386,15 +386,19 @@ def test_streamed_rows_of_whole_vectors_off_a_line_give_the_same_bits(n, in_dtyp
         _with_threads(threads, run)
 
 
-@pytest.mark.parametrize("dtype, c", [(F32, 64), (BF16, 64), (F32, 40)])
-def test_streaming_column_stores_same_bits(dtype, c):
+@pytest.mark.parametrize(
+    "dtype, c, w", [(F32, 64, 1000), (BF16, 64, 1000), (F32, 40, 1000), (F32, 42, 1008)]
+)
+def test_streaming_column_stores_same_bits(dtype, c, w):
     """The column kernels stream big outputs too (each tile row from its
     first 64-byte boundary), forward and backward: the same bits as small
     calls on slices, at two alignments of ``out`` and in place (40
-    channels: the float32 backward's accurate path)."""
+    channels: the float32 backward's accurate path). Rows of 1008 float32
+    (a whole number of lines) take the forward's sweeps of
+    ``columns.WRITE_ROWS`` rows; 42 of them leave two rows over."""
     from logsoftmax.backends.cpu.alloc import STREAM_BYTES
 
-    w = 1000  # NCHW-like: axis 1, inner 1000 columns (tiles of 1000)
+    # NCHW-like: axis 1, inner w columns (tiles of up to 1024)
     dt = np.dtype(dtype)
     outer = -(-STREAM_BYTES // (c * w * dt.itemsize)) + 1
     rng = np.random.default_rng(17)
