@@ -761,7 +761,8 @@ def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la,
     64-byte boundary (ordinary ones before it and for its last partial
     vector; :func:`.segment.stream_head`). ``pf >= 0``: each row ``k``
     also asks for row ``k`` of the next tile, ``xb[pf + k * sn:][:pjn]``,
-    into L2 (:data:`FETCH_TILE_BYTES`)."""
+    into L2 (:data:`FETCH_TILE_BYTES`). Streamed float32 rows go
+    :data:`WRITE_ROWS` a sweep where they can; the same values either way."""
     wide_vectors()
     # forward_vec gets the loaded vectors, not the arrays: an inlined helper
     # taking six arrays made this kernel 5x slower when called from Python
