@@ -21,19 +21,21 @@ This script times, interleaved in one process:
 * our 2-thread forward on the same values with the reduced axis moved
   last (a contiguous copy made beforehand): the row kernels on rows of
   the same length, the layout with no strided access;
-* on two threads at once (each its own few KiB, L1): the whole forward's
-  arithmetic alone (every vector through the max, the sums' terms and
-  adds, pass 2 and its store), and the peak rate of independent ``zmm``
-  FMAs. The first is what the vector pipes must do per element at this
-  accuracy, with no cache or memory traffic; "FMA slots an element" is
-  how many FMAs the pipes could have run in its time.
+* on two threads at once (each its own few KiB, L1): the arithmetic of
+  the forward's three passes as the kernel does them (every vector loaded,
+  and widened, from L1 by each pass: the max, the sums' terms and adds,
+  pass 2 and its store), and the peak rate of independent ``zmm`` FMAs,
+  also on one thread alone. The first is the kernel's work per element
+  with no cache or memory traffic; "FMA slots an element" is how many
+  FMAs the pipes could have run in its time.
 
 The passes alone, in cache, summed: what the kernel as built (its passes
 one after another, each tile's) costs with memory fully hidden. If that
 exceeds the budget, hiding memory is not enough. The arithmetic alone on
-two threads is the floor of any kernel with these formulas: below the
-budget, 50% is not shown out of reach, and the gap between it and the
-passes is what loads, stores and loop control from L2 add.
+two threads bounds the kernel as built from below (a kernel that widened
+each value once would do less): below the budget, 50% is not shown out
+of reach, and the gap between it and the passes is what the passes' L2
+traffic and loop control add.
 
 Run: ``python benchmarks/strided_limits.py [--repeat 9]`` (prints only).
 """
@@ -265,6 +267,7 @@ def _problem(name, shape, axis, dtype, cache_outer, repeat, rng) -> None:
         "as rows (2 threads)": lambda: logsoftmax.log_softmax(xr, -1, out=orow),
         "arithmetic alone (2 threads)": lambda: _arith_alone(srcs, dsts, _ARITH_REPS, accurate),
         "fma peak (2 threads)": lambda: _fma_peak(_FMA_ROUNDS, 2),
+        "fma peak (1 thread)": lambda: _fma_peak(_FMA_ROUNDS, 1),
     }
     sec2, _ = time_calls(whole, repeat)
     numba.set_num_threads(1)
@@ -274,7 +277,7 @@ def _problem(name, shape, axis, dtype, cache_outer, repeat, rng) -> None:
         "sums row-major": lambda: _sums_pass(cb, cg, J, mc, accurate, False),
         "write pass": lambda: _write_pass(cb, co, cg, J, accurate, m, lg, ma, la),
         "whole tile forward": lambda: _tile_forward(cb, co, cg, J, accurate),
-        "exp alone (registers)": lambda: exp_alone(src, count),
+        "exp alone (L1)": lambda: exp_alone(src, count),
     }
     sec1, _ = time_calls(passes, repeat)
     ns = {k: v / count * 1e9 for k, v in sec1.items()}
@@ -285,6 +288,7 @@ def _problem(name, shape, axis, dtype, cache_outer, repeat, rng) -> None:
     floor = ns["max pass"] + sums + ns["write pass"]
     arith = sec2["arithmetic alone (2 threads)"] / (_ARITH_ELEMS * _ARITH_REPS) * 1e9
     fmas = 12 * _FMA_ROUNDS / sec2["fma peak (2 threads)"] / 1e9
+    fmas1 = 12 * _FMA_ROUNDS / sec2["fma peak (1 thread)"] / 1e9
     kind = "accurate, float64 terms" if accurate else "fast, float32 terms"
     print(f"\n{name}: {'x'.join(map(str, shape))} axis {axis} {np.dtype(dtype).name} ({kind});"
           f" {J} columns a tile; ns per element and thread")
@@ -294,12 +298,13 @@ def _problem(name, shape, axis, dtype, cache_outer, repeat, rng) -> None:
     for k, v in ns.items():
         print(f"  in cache, one thread: {k:24s} {v:.3f}")
     print(f"  max + the cheaper sums + write alone: {floor:.3f} = {floor / budget:.2f}x the budget"
-          f" (exp alone {ns['exp alone (registers)'] / budget:.2f}x it)")
+          f" (exp alone {ns['exp alone (L1)'] / budget:.2f}x it)")
     rows = sec2["as rows (2 threads)"]
     print(f"  the same values as contiguous rows (axis moved last), 2 threads: {rows * 1e3:.3f} ms"
           f" ({sec2['copy (2 threads)'] / rows:.0%} of the copy)")
     print(f"  2 threads at once: the arithmetic alone (L1) {arith:.3f} = {arith / budget:.2f}x the"
-          f" budget; zmm FMAs {fmas:.2f} G/s a thread ({arith * fmas:.1f} FMA slots an element)")
+          f" budget; zmm FMAs {fmas:.2f} G/s a thread ({fmas1:.2f} on one thread alone;"
+          f" {arith * fmas:.1f} FMA slots an element)")
 
 
 def main() -> None:
