@@ -104,7 +104,7 @@ def _tile_sums(x, g, J, mc, lane_major):
     sc = np.empty(J)
     p, n, sn = g[4], g[2], g[7]
     if lane_major:
-        C._tile_sums_lane_major(x, p, sn, n, J, True, f32s, acc64, mc, sc, -1, 0)
+        C._tile_sums_lane_major(x, p, sn, n, J, True, f32s, acc64, mc, sc, -1, 0, -1, 0, mc)
     else:
         C._tile_sums_row_major(x, p, sn, n, J, True, f32s, acc64, mc, sc, J, -1, 0, mc)
     return sc

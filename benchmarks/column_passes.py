@@ -87,7 +87,7 @@ def _passes(xb, ob, g, accurate, J, t0, t1, sums):
         if sums == 1:
             C._tile_sums_row_major(stage, 0, J, n, jn, accurate, acc32, acc64, mc, sc, J, -1, 0, mc)
         elif sums == 2:
-            C._tile_sums_lane_major(stage, 0, J, n, jn, accurate, acc32, acc64, mc, sc, -1, 0)
+            C._tile_sums_lane_major(stage, 0, J, n, jn, accurate, acc32, acc64, mc, sc, -1, 0, -1, 0, mc)
     return sc[0]
 
 
@@ -122,7 +122,7 @@ def _sums_bound(n, elements):
     acc32 = np.empty(LANES32 * J, np.float32)
     total = 0.0
     for _ in range(max(1, elements // (n * J))):
-        C._tile_sums_lane_major(x, 0, J, n, J, True, acc32, acc64, mc, sc, -1, 0)
+        C._tile_sums_lane_major(x, 0, J, n, J, True, acc32, acc64, mc, sc, -1, 0, -1, 0, mc)
         total += sc[0]
     return total
 

@@ -92,7 +92,7 @@ def _sums_pass(xb, g, J, mc, accurate, lane_major):
         for j0 in range(0, g[3], J):
             p, jn = o * g[5] + j0, min(J, g[3] - j0)
             if lane_major:
-                C._tile_sums_lane_major(xb, p, g[7], g[2], jn, accurate, acc32, acc64, mc, sc, -1, 0)
+                C._tile_sums_lane_major(xb, p, g[7], g[2], jn, accurate, acc32, acc64, mc, sc, -1, 0, -1, 0, mc)
             else:
                 C._tile_sums_row_major(xb, p, g[7], g[2], jn, accurate, acc32, acc64, mc, sc, J,
                                        -1, 0, mc)

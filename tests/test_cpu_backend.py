@@ -387,7 +387,8 @@ def test_streamed_rows_of_whole_vectors_off_a_line_give_the_same_bits(n, in_dtyp
 
 
 @pytest.mark.parametrize(
-    "dtype, c, w", [(F32, 64, 1000), (BF16, 64, 1000), (F32, 40, 1000), (F32, 42, 1008)]
+    "dtype, c, w",
+    [(F32, 64, 1000), (BF16, 64, 1000), (F32, 40, 1000), (F32, 42, 1008), (F32, 100, 2000)],
 )
 def test_streaming_column_stores_same_bits(dtype, c, w):
     """The column kernels stream big outputs too (each tile row from its
@@ -395,7 +396,9 @@ def test_streaming_column_stores_same_bits(dtype, c, w):
     calls on slices, at two alignments of ``out`` and in place (40
     channels: the float32 backward's accurate path). Rows of 1008 float32
     (a whole number of lines) take the forward's sweeps of
-    ``columns.WRITE_ROWS`` rows; 42 of them leave two rows over."""
+    ``columns.WRITE_ROWS`` rows; 42 of them leave two rows over. 100
+    channels of 2000 columns (two tiles a plane) take each next tile's max
+    inside this one's sums on Intel CPUs (``columns.PIPED_LANE_ROWS``)."""
     from logsoftmax.backends.cpu.alloc import STREAM_BYTES
 
     # NCHW-like: axis 1, inner w columns (tiles of up to 1024)
@@ -529,7 +532,7 @@ def test_staged_sums_lane_major_and_row_major_give_the_same_bits():
             acc64 = np.empty(LANES64 * J)
             sc = np.zeros(J + W)
             if major == "lane":
-                columns._tile_sums_lane_major(stage, 0, J, n, jn, accurate, acc32, acc64, mc, sc, -1, 0)
+                columns._tile_sums_lane_major(stage, 0, J, n, jn, accurate, acc32, acc64, mc, sc, -1, 0, -1, 0, mc)
             else:
                 columns._tile_sums_row_major(
                     stage, 0, J, n, jn, accurate, acc32, acc64, mc, sc, J, -1, 0, mc

@@ -266,6 +266,22 @@ FETCH_TILE_BYTES = 1 << 19
 #: (read back from L3: 2000x8192 axis 0, 8 MiB, 0.97-0.98x)
 WRITE_ROWS = 4
 WRITE_ROWS_BYTES = 1 << 20
+#: accurate lane-major tiles of ``PIPED_LANE_ROWS[0] < n <=
+#: PIPED_LANE_ROWS[1]`` rows whose sums ask for the next tile
+#: (:data:`FETCH_TILE_BYTES`), in planes of two tiles or more, take the next
+#: tile's max inside their sums instead, a few of its vectors a lane, row
+#: by row: it has no max pass of its own (from L2) then, and its rows are
+#: read as runs. In-process A/B against asking for it (Intel Xeon, LLVM
+#: rocketlake, 2 threads, numpy out=, same bits; NCHW axis 1, float32):
+#: 128 channels 16x128x224x224 1.37-1.45x, 32x128x112x112 1.04-1.23x,
+#: 32x128x80x80 1.10x, 64x128x56x56 1.04-1.13x, 128x128x40x40 1.05x; 96
+#: and 112 channels 1.18-1.21x at 112x112, 0.99-1.08x at 56x56. Left out:
+#: 64 channels or fewer (64x64x112x112 0.92x, 32x64x224x224 0.97-0.98x,
+#: 64x64x56x56 0.96-0.99x, 64x48x56x56 0.92-0.96x), 160 (32x160x56x56
+#: 0.93-0.96x), one tile a plane (256x128x28x28 0.95-0.97x) and the fast
+#: path's float32 sums (bfloat16/float16 64x128x56x56 0.90-0.95x,
+#: 32x96x112x112 0.91x).
+PIPED_LANE_ROWS = (64, 128)
 
 
 @njit(cache=True)
@@ -416,7 +432,7 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pf, pjn):
     wide_vectors()
     _tile_max(xb, p, sn, cl, jn, mc)
     if cl <= LANE_MAJOR_ROWS:
-        _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, pf, pjn)
+        _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, pf, pjn, -1, 0, mc)
     else:
         _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, -1, 0, mc)
 
@@ -451,6 +467,14 @@ def _max_row(xb, p, sn, k, jn, mc):
 
 
 @njit(forceinline=True, error_model="numpy")
+def _max_vec(xb, q, jn, j, first, mc):
+    """Columns ``[j, j + W)`` of the tile row at ``xb[q]`` (``jn`` columns)
+    into the running max ``mc`` (``first``: starts it)."""
+    x = vload_n(xb, q + j, jn - j, _NINF)
+    vstore(mc, j, x if first else vmax_x86(vload(mc, j), x))
+
+
+@njit(forceinline=True, error_model="numpy")
 def _lane_sums64(xb, p, sn, cl, jn, j, lane_, m64l, m64h, ahead, pfj):
     """Lane ``lane_``'s accurate sums (low and high 8 columns) of the ``W``
     columns from ``j``; ``ahead``: each of its rows also asks for
@@ -467,15 +491,23 @@ def _lane_sums64(xb, p, sn, cl, jn, j, lane_, m64l, m64h, ahead, pfj):
 
 
 @njit(forceinline=True, error_model="numpy")
-def _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, pf, pjn):
+def _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, pf, pjn, pn, jn2, mn):
     """The sums of short columns: ``W`` columns at a time, one lane at a
     time, the lane's running sum in a register; the lanes then go to the
-    tree from a ``lanes x W`` scratch (L1). ``pf >= 0`` (accurate sums
-    only): each strip of ``W`` columns also asks for the same strip of the
-    next tile (``xb[pf:]``, ``pjn`` columns, ``cl`` rows ``sn`` apart) into
-    L2 (:data:`FETCH_TILE_BYTES`)."""
+    tree from a ``lanes x W`` scratch (L1). Accurate sums only: ``pf >= 0``:
+    each strip of ``W`` columns also asks for the same strip of the next
+    tile (``xb[pf:]``, ``pjn`` columns, ``cl`` rows ``sn`` apart) into L2
+    (:data:`FETCH_TILE_BYTES`); ``pn >= 0``: each lane also takes a few
+    vectors of the next tile (``jn2`` columns from ``xb[pn]``, ``cl`` rows
+    too), row by row, into that tile's max ``mn`` (:data:`PIPED_LANE_ROWS`)."""
     if accurate:
         used = min(cl, LANES64)
+        nv2 = (jn2 + W - 1) // W
+        # the next tile's vectors a lane takes, rounded up: its lanes take
+        # them all
+        per = -(-(cl * nv2) // (((jn + W - 1) // W) * used)) if pn >= 0 else 0
+        r = 0  # the next tile's row and vector that its max takes next
+        v = 0
         for j in range(0, jn, W):
             pfj = pf + j if pf >= 0 and j < pjn else -1
             m = vload(mc, j)
@@ -490,6 +522,15 @@ def _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, pf,
                     al, ah = _lane_sums64(xb, p, sn, cl, jn, j, lane_, m64l, m64h, False, 0)
                 vstore(acc64, lane_ * W, al)
                 vstore(acc64, lane_ * W + W // 2, ah)
+                for _i in range(per):
+                    if r < cl:
+                        if r + _WIDE_AHEAD < cl:
+                            prefetch_l2(xb, pn + (r + _WIDE_AHEAD) * sn + v * W)
+                        _max_vec(xb, pn + r * sn, jn2, v * W, r == 0, mn)
+                        v += 1
+                        if v == nv2:
+                            v = 0
+                            r += 1
             _lane_tree(acc64, used, 2, W // 2, W, LANES64)
             for i in range(min(W, jn - j)):
                 sc[j + i] = acc64[i]
@@ -506,6 +547,13 @@ def _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, pf,
             _lane_tree(acc32, used, 1, W, W, LANES32)
             for i in range(min(W, jn - j)):
                 sc[j + i] = np.float64(acc32[i])
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _tile_sums_lane_piped(xb, p, sn, cl, jn, acc32, acc64, mc, sc, pn, jn2, mn):
+    """:func:`_tile_sums_lane_major` (accurate) with the next tile's max."""
+    wide_vectors()
+    _tile_sums_lane_major(xb, p, sn, cl, jn, TRUE, acc32, acc64, mc, sc, -1, 0, pn, jn2, mn)
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -652,11 +700,13 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     # wide tiles (tile_width_for: too big for L2 either way) of one-chunk
     # columns summed row-major: the next tile's max pass (from memory) runs
     # inside this tile's sums (from L3), not after them
-    piped = J > 1024 and LANE_MAJOR_ROWS < n <= CHUNK and g[8] == 1 and not staged
     # accurate lane-major tiles ask for the next tile during their sums
     # instead (FETCH_TILE_BYTES; measured on Intel only, so AMD cores keep
-    # the write pass's, measured there)
+    # the write pass's, measured there); those of PIPED_LANE_ROWS rows take
+    # its max there
     sums_fetch = fetch and accurate and n <= LANE_MAJOR_ROWS and g[8] == 1 and not on_amd()
+    piped = (J > 1024 and LANE_MAJOR_ROWS < n <= CHUNK and g[8] == 1 and not staged) or (
+        sums_fetch and PIPED_LANE_ROWS[0] < n <= PIPED_LANE_ROWS[1] and ntile >= 2)
     for t in range(t0, t1):
         o, j0, jn = _tile_cols(t, ntile, J, ni, a)
         xbase, xsn, xsi = _tile_geom(g, 0, o, j0)
@@ -690,8 +740,10 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
             # row-major / lane-major: 1000x65536 1.33-1.36x (36 against 49
             # ms: 37% -> 51-53% of the copy), 1000x16384 1.38x, 500x131072
             # 1.23x, one thread 1.35-1.36x; so lane-major on AMD only.
-            if staged and accurate and on_amd():
-                _tile_sums_lane_major(src, xbase, xsn, n, jn, accurate, acc32, acc64, mc, sc, -1, 0)
+            if n <= LANE_MAJOR_ROWS:  # (PIPED_LANE_ROWS)
+                _tile_sums_lane_piped(src, xbase, xsn, n, jn, acc32, acc64, mc, sc, pn, jn2, mn)
+            elif staged and accurate and on_amd():
+                _tile_sums_lane_major(src, xbase, xsn, n, jn, accurate, acc32, acc64, mc, sc, -1, 0, -1, 0, mc)
             else:
                 _tile_sums_row_major(src, xbase, xsn, n, jn, accurate, acc32, acc64, mc, sc, J, pn, jn2, mn)
             _column_fixups(src, xbase, xsn, n, jn, mc, sc, m, s, True)
