@@ -63,7 +63,7 @@ def _pieces(xb, g, J, t0, t1, upto, fetch):
     for t in range(t0, t1):
         o, j0, jn = C._tile_cols(t, ntile, J, ni, 0)
         base, sn, _si = C._tile_geom(g, 0, o, j0)
-        C._tile_max(xb, base, sn, n, jn, mc)
+        C._tile_max(xb, base, sn, n, jn, mc, True)
         if upto >= 2:
             pf, pjn = -1, 0
             if fetch and t + 1 < t1:

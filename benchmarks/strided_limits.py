@@ -80,7 +80,7 @@ def _geometry(outer, n, ni):
 def _max_pass(xb, g, J, mc):
     for o in range(g[0]):
         for j0 in range(0, g[3], J):
-            C._tile_max(xb, o * g[5] + j0, g[7], g[2], min(J, g[3] - j0), mc)
+            C._tile_max(xb, o * g[5] + j0, g[7], g[2], min(J, g[3] - j0), mc, True)
 
 
 @njit(cache=True)

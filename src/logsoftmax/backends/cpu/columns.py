@@ -426,11 +426,11 @@ def _chunk_view(buf, base, sn, si, c0, cl, jn, stage, J):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pf, pjn):
+def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pf, pjn, ask):
     """Per-column chunk stats ``(mc, sc)`` of ``cl`` rows from ``xb[p]`` (row
     step ``sn``): :func:`.segment.chunk_stats` on every column."""
     wide_vectors()
-    _tile_max(xb, p, sn, cl, jn, mc)
+    _tile_max(xb, p, sn, cl, jn, mc, ask)
     if cl <= LANE_MAJOR_ROWS:
         _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, pf, pjn, -1, 0, mc)
     else:
@@ -438,12 +438,14 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pf, pjn):
 
 
 @njit(forceinline=True, error_model="numpy")
-def _tile_max(xb, p, sn, cl, jn, mc):
+def _tile_max(xb, p, sn, cl, jn, mc, ask):
     """Per-column max ``mc`` of ``cl`` rows from ``xb[p]``, row by row (the
-    tile streams through memory; the rows ahead asked for: :data:`_AHEAD`,
-    :data:`_WIDE_AHEAD`)."""
+    tile streams through memory; ``ask``: the rows ahead asked for,
+    :data:`_AHEAD`, :data:`_WIDE_AHEAD`)."""
     for k in range(cl):
-        if jn > _AHEAD_COLS:
+        if not ask:
+            pass
+        elif jn > _AHEAD_COLS:
             for j in range(0, jn, W):
                 prefetch_l2(xb, p + (k + _WIDE_AHEAD) * sn + j)
         elif k > 0:
@@ -645,15 +647,16 @@ def _col_nan(xb, p, sn, cl, j):
 
 
 @njit(forceinline=True, error_model="numpy")
-def _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m, s, xst, J, pf, pjn):
+def _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m, s, xst, J, pf, pjn, ask):
     """Per-column row stats ``(m, s)`` of a tile: chunk stats merged in chunk
     order (:func:`.rows.row_stats` on every column); ``pf``, ``pjn``: the
     next tile for :func:`_tile_sums_lane_major` to ask for (a tile of one
-    chunk, unit-stride columns; else -1)."""
+    chunk, unit-stride columns; else -1); ``ask``: whether the max pass asks
+    for its rows ahead (:func:`_tile_max`)."""
     for c0 in range(0, n, CHUNK):
         cl = min(CHUNK, n - c0)
         buf, p, sn = _chunk_view(xb, xbase, xsn, xsi, c0, cl, jn, xst, J)
-        _tile_stats(buf, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pf, pjn)
+        _tile_stats(buf, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pf, pjn, ask)
         _column_fixups(buf, p, sn, cl, jn, mc, sc, m, s, c0 == 0)
 
 
@@ -707,6 +710,15 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     sums_fetch = fetch and accurate and n <= LANE_MAJOR_ROWS and g[8] == 1 and not on_amd()
     piped = (J > 1024 and LANE_MAJOR_ROWS < n <= CHUNK and g[8] == 1 and not staged) or (
         sums_fetch and PIPED_LANE_ROWS[0] < n <= PIPED_LANE_ROWS[1] and ntile >= 2)
+    # the max pass of a tile that the last one's sums asked for (up to
+    # PIPED_LANE_ROWS[0] rows) asks for nothing itself: its rows are in L2,
+    # where a scratch loop of it took 4.85 cycles a line with the asks and
+    # 3.6 without. In-process A/B (Intel Xeon, LLVM rocketlake, numpy out=,
+    # same bits), NCHW axis 1 float32: 64x16x112x112 1.05-1.10x,
+    # 64x32x112x112 1.07-1.10x, 64x48x56x56 1.03x, 64x64x56x56 1.02x (three
+    # runs), 64x64x112x112 1.01x, 32x64x224x224 0.99-1.00x; over 64 rows it
+    # lost (64x144x56x56 0.93-0.94x)
+    quiet_max = sums_fetch and n <= PIPED_LANE_ROWS[0]
     for t in range(t0, t1):
         o, j0, jn = _tile_cols(t, ntile, J, ni, a)
         xbase, xsn, xsi = _tile_geom(g, 0, o, j0)
@@ -719,7 +731,7 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
             pn, jn2 = -1, 0
             if piped:
                 if t == t0:
-                    _tile_max(xb, xbase, xsn, n, jn, mc)
+                    _tile_max(xb, xbase, xsn, n, jn, mc, TRUE)
                 else:  # the max the last tile's sums took (copied: swapping
                     # the two rows instead made this kernel 0.92x, A/B)
                     for j in range(0, jn, W):
@@ -753,7 +765,7 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
                 o2, j2, pjn = _tile_cols(t + 1, ntile, J, ni, a)
                 pf, _psn, _psi = _tile_geom(g, 0, o2, j2)
             _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m, s, xst, J,
-                          pf, pjn)
+                          pf, pjn, not (quiet_max and t > t0))
         # only the statistics pass 2 reads (forward_vec): the float32 ones
         # for the fast path, 1/s for softmax
         for j in range(0, jn, W // 2):
@@ -1067,7 +1079,7 @@ def logsumexp_tiles(xb, rb, g, J, t0, t1):
         o, j0, jn = _tile_cols(t, ntile, J, ni, 0)
         xbase, xsn, xsi = _tile_geom(g, 0, o, j0)
         rbase, _, rsi = _tile_geom(g, 1, o, j0)
-        _column_stats(xb, xbase, xsn, xsi, n, jn, TRUE, acc32, acc64, mc, sc, m, s, xst, J, -1, 0)
+        _column_stats(xb, xbase, xsn, xsi, n, jn, TRUE, acc32, acc64, mc, sc, m, s, xst, J, -1, 0, TRUE)
         for j in range(0, jn, W // 2):
             vstore_n(lg, j, log_f64(vload_n(s, j, jn - j, 1.0)), jn - j)
         for j in range(jn):
