@@ -443,12 +443,10 @@ def _tile_max(xb, p, sn, cl, jn, mc, ask):
     tile streams through memory; ``ask``: the rows ahead asked for,
     :data:`_AHEAD`, :data:`_WIDE_AHEAD`)."""
     for k in range(cl):
-        if not ask:
-            pass
-        elif jn > _AHEAD_COLS:
+        if ask and jn > _AHEAD_COLS:
             for j in range(0, jn, W):
                 prefetch_l2(xb, p + (k + _WIDE_AHEAD) * sn + j)
-        elif k > 0:
+        elif ask and k > 0:
             for j in range(0, jn, W):
                 prefetch(xb, p + (k + _AHEAD) * sn + j)
         _max_row(xb, p, sn, k, jn, mc)
@@ -553,7 +551,11 @@ def _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, pf,
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _tile_sums_lane_piped(xb, p, sn, cl, jn, acc32, acc64, mc, sc, pn, jn2, mn):
-    """:func:`_tile_sums_lane_major` (accurate) with the next tile's max."""
+    """:func:`_tile_sums_lane_major` (accurate) with the next tile's max
+    (:data:`PIPED_LANE_ROWS`), compiled as a function of its own: inlined
+    into :func:`forward_tiles` it read 1.01-1.03x on 64x96x56x56 and
+    1.09-1.11x on 64x128x56x56 (in-process A/B against asking for the next
+    tile), against 1.04-1.08x and 1.08-1.13x so."""
     wide_vectors()
     _tile_sums_lane_major(xb, p, sn, cl, jn, TRUE, acc32, acc64, mc, sc, -1, 0, pn, jn2, mn)
 
@@ -700,14 +702,14 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     ost = stage_for(ob, ccl * J, g[13] != 1)
     stream = _tiles_stream(ob, g, J)
     fetch = stream and not staged and n * J * xb.itemsize <= FETCH_TILE_BYTES
-    # wide tiles (tile_width_for: too big for L2 either way) of one-chunk
-    # columns summed row-major: the next tile's max pass (from memory) runs
-    # inside this tile's sums (from L3), not after them
     # accurate lane-major tiles ask for the next tile during their sums
-    # instead (FETCH_TILE_BYTES; measured on Intel only, so AMD cores keep
-    # the write pass's, measured there); those of PIPED_LANE_ROWS rows take
-    # its max there
+    # instead of their write pass (FETCH_TILE_BYTES; measured on Intel only,
+    # so AMD cores keep the write pass's, measured there)
     sums_fetch = fetch and accurate and n <= LANE_MAJOR_ROWS and g[8] == 1 and not on_amd()
+    # the next tile's max pass (from memory) runs inside this tile's sums,
+    # not after them: wide tiles (tile_width_for: too big for L2 either way)
+    # of one-chunk columns summed row-major, and accurate lane-major tiles
+    # of PIPED_LANE_ROWS rows (instead of asking for the next tile)
     piped = (J > 1024 and LANE_MAJOR_ROWS < n <= CHUNK and g[8] == 1 and not staged) or (
         sums_fetch and PIPED_LANE_ROWS[0] < n <= PIPED_LANE_ROWS[1] and ntile >= 2)
     # the max pass of a tile that the last one's sums asked for (up to
@@ -752,7 +754,7 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
             # row-major / lane-major: 1000x65536 1.33-1.36x (36 against 49
             # ms: 37% -> 51-53% of the copy), 1000x16384 1.38x, 500x131072
             # 1.23x, one thread 1.35-1.36x; so lane-major on AMD only.
-            if n <= LANE_MAJOR_ROWS:  # (PIPED_LANE_ROWS)
+            if n <= LANE_MAJOR_ROWS:  # accurate lane-major (PIPED_LANE_ROWS)
                 _tile_sums_lane_piped(src, xbase, xsn, n, jn, acc32, acc64, mc, sc, pn, jn2, mn)
             elif staged and accurate and on_amd():
                 _tile_sums_lane_major(src, xbase, xsn, n, jn, accurate, acc32, acc64, mc, sc, -1, 0, -1, 0, mc)
