@@ -9,7 +9,8 @@ interleaved in one process, on 2 threads:
 * the problem's pieces from memory, cumulatively, over every tile as the
   kernel cuts them (``columns.tile_width_for``): the max pass alone; the
   max pass and the sums without and with the next tile's rows asked for
-  during the sums (``columns.FETCH_TILE_BYTES``); the whole forward
+  during the sums (``columns.FETCH_TILE_BYTES``; the max pass of a tile so
+  asked for then asks for nothing itself, as the kernel's); the whole forward
   (``out=`` of ``np.empty_like``), whose difference from the sums is pass 2
   and the statistics;
 * the bytes' floors: a 2-thread copy (``driver.perf.copy2``), the input
@@ -45,7 +46,7 @@ from logsoftmax.backends.cpu.segment import LANES32, LANES64, forward_vec
 from logsoftmax.driver.perf import copy2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_info, time_calls  # noqa: E402
+from common import cpu_info, line_aligned, time_calls  # noqa: E402
 
 _L1_ELEMS = 2048  # a thread's source for the synthetic loop (8 KiB)
 
@@ -63,7 +64,7 @@ def _pieces(xb, g, J, t0, t1, upto, fetch):
     for t in range(t0, t1):
         o, j0, jn = C._tile_cols(t, ntile, J, ni, 0)
         base, sn, _si = C._tile_geom(g, 0, o, j0)
-        C._tile_max(xb, base, sn, n, jn, mc, True)
+        C._tile_max(xb, base, sn, n, jn, mc, not (fetch and t > t0))  # as forward_tiles
         if upto >= 2:
             pf, pjn = -1, 0
             if fetch and t + 1 < t1:
@@ -138,13 +139,6 @@ def _synthetic(src, stats, out, sums, write, stream):
     return total
 
 
-def _aligned(size):
-    """A float32 array of ``size`` elements starting on a 64-byte line."""
-    raw = np.empty(size * 4 + 64, np.uint8)
-    off = (-raw.ctypes.data) % 64
-    return raw[off : off + size * 4].view(np.float32)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("shape", nargs="?", default="64x64x56x56")
@@ -156,7 +150,7 @@ def main() -> None:
     ni = int(np.prod(shape[2:]))
     x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
     out = np.empty_like(x)
-    dst = _aligned(x.size)
+    dst = line_aligned(x.size)
     dst.fill(0)
     out.fill(0)
     J = C.tile_width_for(n, ni, False, 2)

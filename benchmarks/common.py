@@ -117,6 +117,16 @@ def strided_empty(shape, order, dtype):
     return formats.empty_in_order(shape, dtype, order)
 
 
+def line_aligned(n_elems: int, dtype=np.float32) -> np.ndarray:
+    """An uninitialised 1-d array of ``n_elems`` that starts on a 64-byte
+    line (streaming stores need it; numpy's large arrays are only 16-byte
+    aligned)."""
+    itemsize = np.dtype(dtype).itemsize
+    raw = np.empty(n_elems * itemsize + 64, np.uint8)
+    off = (-raw.ctypes.data) % 64
+    return raw[off : off + n_elems * itemsize].view(dtype)
+
+
 def bench_interleaved(fns, repeat: int, skip_repeat: dict | None = None):
     """Median seconds per call, ``repeat`` interleaved rounds after one warm-up
     (:func:`logsoftmax.driver.perf.median_seconds`; ``skip_repeat`` caps the

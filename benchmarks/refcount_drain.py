@@ -27,7 +27,7 @@ from logsoftmax.backends.cpu._simd import view
 from logsoftmax.backends.cpu.segment import write_forward
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_info  # noqa: E402
+from common import cpu_info, line_aligned  # noqa: E402
 
 NB = 16  # rows per call (a batch of rows.forward_short)
 REPS = 20_000
@@ -56,17 +56,11 @@ def _rows(xs, os, m, lg, inv, reps, n):
                           m[i + 1], lg[i + 1], inv[i + 1], 0)
 
 
-def _aligned(n_elems: int) -> np.ndarray:
-    buf = np.empty(n_elems + 16, np.float32)
-    off = (-(buf.ctypes.data % 64) // 4) % 16
-    return buf[off : off + n_elems]
-
-
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 64
-    xs = _aligned(NB * n)
+    xs = line_aligned(NB * n)
     xs[:] = np.random.default_rng(0).standard_normal(xs.size)
-    os = _aligned(NB * n)
+    os = line_aligned(NB * n)
     m = np.random.default_rng(1).standard_normal(NB + 1)
     lg = m + 1.0
     inv = 1.0 / lg

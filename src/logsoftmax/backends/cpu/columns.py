@@ -710,12 +710,13 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     # not after them: wide tiles (tile_width_for: too big for L2 either way)
     # of one-chunk columns summed row-major, and accurate lane-major tiles
     # of PIPED_LANE_ROWS rows (instead of asking for the next tile)
-    piped = (J > 1024 and LANE_MAJOR_ROWS < n <= CHUNK and g[8] == 1 and not staged) or (
-        sums_fetch and PIPED_LANE_ROWS[0] < n <= PIPED_LANE_ROWS[1] and ntile >= 2)
+    lanes_piped = sums_fetch and PIPED_LANE_ROWS[0] < n <= PIPED_LANE_ROWS[1] and ntile >= 2
+    piped = lanes_piped or (J > 1024 and LANE_MAJOR_ROWS < n <= CHUNK and g[8] == 1 and not staged)
     # the max pass of a tile that the last one's sums asked for (up to
     # PIPED_LANE_ROWS[0] rows) asks for nothing itself: its rows are in L2,
-    # where a scratch loop of it took 4.85 cycles a line with the asks and
-    # 3.6 without. In-process A/B (Intel Xeon, LLVM rocketlake, numpy out=,
+    # where it took 0.075-0.095 ns/element with the asks and 0.068-0.086
+    # without (64x64x56x56's tiles, one thread: python
+    # benchmarks/strided_limits.py). In-process A/B (Intel Xeon, LLVM rocketlake, numpy out=,
     # same bits), NCHW axis 1 float32: 64x16x112x112 1.05-1.10x,
     # 64x32x112x112 1.07-1.10x, 64x48x56x56 1.03x, 64x64x56x56 1.02x (three
     # runs), 64x64x112x112 1.01x, 32x64x224x224 0.99-1.00x; over 64 rows it
@@ -754,7 +755,7 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
             # row-major / lane-major: 1000x65536 1.33-1.36x (36 against 49
             # ms: 37% -> 51-53% of the copy), 1000x16384 1.38x, 500x131072
             # 1.23x, one thread 1.35-1.36x; so lane-major on AMD only.
-            if n <= LANE_MAJOR_ROWS:  # accurate lane-major (PIPED_LANE_ROWS)
+            if lanes_piped:
                 _tile_sums_lane_piped(src, xbase, xsn, n, jn, acc32, acc64, mc, sc, pn, jn2, mn)
             elif staged and accurate and on_amd():
                 _tile_sums_lane_major(src, xbase, xsn, n, jn, accurate, acc32, acc64, mc, sc, -1, 0, -1, 0, mc)
