@@ -46,6 +46,9 @@ def main(argv=None) -> None:
     ap.add_argument("--widths", help="comma-separated tile widths (columns)")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="f32")
+    ap.add_argument("--numpy-out", action="store_true",
+                    help="write into np.empty_like memory (huge pages where THP allows, as the "
+                         "benchmark's out= calls) instead of the library's own (4 KiB pages)")
     args = ap.parse_args(argv)
     shape = tuple(int(v) for v in args.shape.split("x"))
     numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
@@ -56,6 +59,8 @@ def main(argv=None) -> None:
     dd = rng.standard_normal(shape, dtype=np.float32).astype(dtype)
     y = logsoftmax.log_softmax(x, axis=args.axis)
     out = logsoftmax.log_softmax(x, axis=args.axis)  # the library's own output memory
+    if args.numpy_out:
+        out = np.empty_like(out)
     bwd = args.direction == "bwd"
     ops = [dd, y, out] if bwd else [x, out]
     lay = layout(shape, [a.strides for a in ops], [a.itemsize for a in ops], args.axis)
@@ -91,7 +96,7 @@ def main(argv=None) -> None:
             f()
             times[J].append(time.perf_counter() - t)
     print(f"CPU: {cpu_info()['model']}; {threads} threads; {args.shape} axis {args.axis} "
-          f"{args.direction} {np.dtype(dtype).name}; accurate path: {bool(accurate)}; tile_width_for chooses {chosen} columns; same bits: yes")
+          f"{args.direction} {np.dtype(dtype).name}; output in {'numpy' if args.numpy_out else 'library'} memory; accurate path: {bool(accurate)}; tile_width_for chooses {chosen} columns; same bits: yes")
     print("| columns per tile | ms (median) | min |")
     print("|---:|---:|---:|")
     for J, v in times.items():

@@ -497,7 +497,9 @@ def test_staged_column_tiles_give_the_same_bits():
         assert np.array_equal(bits(_fwd(name, padded, 0)), bits(rows)), name
         o = np.empty_like(x)
         lay = layout(x.shape, [x.strides, o.strides], [4, 4], 0)
-        for J in (1024, 2096):  # (o: numpy's, 16 bytes past a line: tiles moved to lines)
+        assert columns.stages(lay.g, 4, 4)
+        # 256: the staged width (columns.STAGED_WIDTH) the front door takes on Intel
+        for J in (256, 1024, 2096):  # (o: numpy's, 16 bytes past a line: tiles moved to lines)
             columns.forward_tiles(x.reshape(-1), o.reshape(-1), lay.g, op, np.bool_(True), J, 0, -1)
             assert np.array_equal(bits(o), bits(rows)), (name, J)
         z = x.copy()
@@ -582,8 +584,14 @@ def test_column_tiles_moved_to_the_output_lines_give_the_same_bits():
 
 def test_column_tile_width_for_the_caches(monkeypatch):
     """Long columns take wide tiles only where a thread's share of L3 is at
-    least ``WIDE_TILE_L3``; short columns and small caches keep 1024."""
+    least ``WIDE_TILE_L3``; short columns and small caches keep 1024;
+    staged forward tiles take ``STAGED_WIDTH`` columns where that stage fits
+    half of L2 (on Intel)."""
     from logsoftmax.backends.cpu import columns
+
+    import numba
+
+    from logsoftmax.backends.cpu._vec import on_amd
 
     monkeypatch.setattr(columns, "_cache_bytes", lambda: (2 << 20, 480 << 20))
     assert columns.tile_width_for(1000, 65536, False, 2) == 2048
@@ -591,8 +599,17 @@ def test_column_tile_width_for_the_caches(monkeypatch):
     assert columns.tile_width_for(1000, 65536, False, 16) == 1024  # 30 MiB a thread
     assert columns.tile_width_for(256, 65536, True, 2) == 1024  # fits L2 at 1024
     assert columns.tile_width_for(1000, 100, True, 2) == 112  # no wider than the columns
+    # staged forward tiles whose stage of STAGED_WIDTH columns fits half of L2
+    # take that width, on Intel only (measured there); the backward never
+    intel = not numba.njit(lambda: on_amd())()
+    assert columns.tile_width_for(1000, 65536, False, 2, staged=True) == (256 if intel else 2048)
+    assert columns.tile_width_for(300, 65536, False, 2, staged=True) == (256 if intel else 1024)
+    assert columns.tile_width_for(2000, 32768, False, 2, staged=True) == 1040  # a 2 MB stage
+    assert columns.tile_width_for(1000, 65536, True, 2, staged=True) == 16384
     monkeypatch.setattr(columns, "_cache_bytes", lambda: (1 << 20, 32 << 20))
     assert columns.tile_width_for(1000, 65536, False, 2) == 1024
+    assert columns.tile_width_for(1000, 65536, False, 2, staged=True) == 1024  # 1 MB over half of L2
+    assert columns.tile_width_for(500, 131072, False, 2, staged=True) == (256 if intel else 1024)
     assert columns.tile_width_for(4000, 16384, False, 2) == 256
     # the backward: the widest tiles that give each thread two, whatever the L3
     assert columns.tile_width_for(1000, 65536, True, 2) == 16384

@@ -348,7 +348,8 @@ class CpuBackend(Backend):
         size = x.size
 
         if lay.inner:
-            J = columns.tile_width_for(n, ni, False, _threads())
+            staged = columns.stages(lay.g, x.itemsize, dtype.itemsize)
+            J = columns.tile_width_for(n, ni, False, _threads(), staged=staged)
             tiles = n1 * n2 * -(-ni // J)
 
             def kernel(xb, ob, g):

@@ -49,6 +49,7 @@ from ._vec import (
     vstore_n,
     vstore_nt,
 )
+from .alloc import STREAM_BYTES
 from .rows import stage_for, streams
 from .segment import (
     CHUNK,
@@ -66,6 +67,8 @@ __all__ = [
     "tile_width_for",
     "column_tile_width",
     "staged_rows",
+    "stages",
+    "STAGED_WIDTH",
     "forward_tiles",
     "forward_parallel",
     "backward_tiles",
@@ -123,7 +126,7 @@ def _up(v, m):
 WIDE_TILE_L3 = 64 << 20
 
 
-def tile_width_for(n, ni, backward, threads, outer=1):
+def tile_width_for(n, ni, backward, threads, outer=1, staged=False):
     """:func:`tile_width` for a call (``outer`` independent planes of ``n x
     ni``): columns too long for a 1024-wide float32 tile to fit in L2 take
     wider tiles.
@@ -154,9 +157,13 @@ def tile_width_for(n, ni, backward, threads, outer=1):
     1 6.0 (1024) against 6.4-6.6 wider (later: 5.9 against 6.4), so short
     columns keep 1024. On the AMD EPYC (32 MiB of L3 for 2 threads) wider
     forward tiles lose: 1000x65536 54.2 ms at 1024, 70.8 at 2048, 74.1 at
-    4096; 4000x16384 55.3 (256), 52.7 (512), 56.0 (1024)."""
+    4096; 4000x16384 55.3 (256), 52.7 (512), 56.0 (1024).
+
+    **Staged forward tiles** (``staged``: :func:`stages`) whose stage of
+    :data:`STAGED_WIDTH` columns fits half of L2, on Intel: that width
+    (:data:`STAGED_WIDTH`)."""
     l2, l3 = _cache_bytes()
-    return column_tile_width(n, ni, backward, threads, outer, l2, l3)
+    return column_tile_width(n, ni, backward, threads, outer, l2, l3, staged)
 
 
 #: the widest backward column tile (:func:`tile_width_for`): its scratch is
@@ -164,15 +171,44 @@ def tile_width_for(n, ni, backward, threads, outer=1):
 WIDE_BACKWARD = 32768
 
 
+#: columns a staged forward tile spans where its stage (``n x J`` float32)
+#: fits half of L2 (:func:`column_tile_width`): 1000 rows, 1 MiB. Intel Xeon
+#: (LLVM rocketlake, L2 2 MiB), 2 threads, axis 0 float32 forward, against
+#: the wide tiles' 1024-2048 columns: in-process A/B, same bits, numpy
+#: ``out=`` / the library's output memory: 1000x65536 1.03-1.05x /
+#: 1.02-1.04x, 500x131072 1.14x / 1.11x, 1000x16384 1.10-1.16x /
+#: 1.16-1.18x, 700x32768 1.14-1.19x / 1.12-1.14x, 300x65536 1.13x;
+#: 1000x8192 (32 MiB) 0.98-0.99x / 1.01-1.05x (``python
+#: benchmarks/ab_inprocess.py``). Per width (``python
+#: benchmarks/column_tiles.py 300x65536 0 fwd --numpy-out --widths
+#: 1024,512,256``): 300x65536 10.6 / 9.4 / 9.3 ms; 1000x65536 40.1-40.2 ms
+#: at 2048, 38.4-38.6 at 256, 42.2-42.5 at 320. 2000 and 4000 rows (a stage
+#: of 256 columns over 1 MiB) keep theirs: 2000x32768 36.6 / 36.6 / 35.9
+#: ms at 1040 / 256 / 512, 4000x16384 35.7 / 35.1 / 35.7 ms.
+STAGED_WIDTH = 256
+
+
 @njit(cache=True)
-def column_tile_width(n, ni, backward, threads, planes, l2, l3):
+def stages(g, xsize, osize):
+    """Whether the forward copies each tile of the geometry ``g`` into a
+    dense stage (input items of ``xsize`` bytes, output ``osize``): unit
+    stride columns whose rows :func:`staged_rows` takes, of an output that
+    streams (:func:`.rows.streams`)."""
+    return (g[8] == 1 and g[0] * g[1] * g[2] * g[3] * osize >= STREAM_BYTES
+            and staged_rows(g[2], g[7] * xsize, xsize))
+
+
+@njit(cache=True)
+def column_tile_width(n, ni, backward, threads, planes, l2, l3, staged=False):
     """:func:`tile_width_for`'s rule for ``planes`` planes of ``n x ni`` on
     ``threads`` threads, given the caches' sizes in bytes (``l2 = 0``:
     unknown, taken as 1 MiB). Compiled, so that the JAX handlers (one
     thread) take it too: 1000x65536 axis 0 backward, ``NUMBA_NUM_THREADS=1
     python benchmarks/column_tiles.py 1000x65536 0 bwd``, AMD EPYC, LLVM
     znver4: 74.7 ms at 1024 columns, 68.8 at 4096, 53.9 at 16384, 50.8 at
-    32768."""
+    32768. ``staged``: a forward's tiles are staged (:data:`STAGED_WIDTH`)."""
+    if staged and not backward and not on_amd() and min(n, CHUNK) * STAGED_WIDTH * 4 <= l2 // 2:
+        return tile_width(n, ni, STAGED_WIDTH * min(n, CHUNK), STAGED_WIDTH)
     if min(n, CHUNK) * 1024 * 4 <= (l2 if l2 > 0 else 1 << 20):
         return tile_width(n, ni)
     if backward:  # the widest tiles that give each thread two
@@ -697,7 +733,7 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     acc64 = f64s[: LANES64 * J]
     sc, m, s, lg = _rows4(f64s, LANES64, J)
     inv = f64s[(LANES64 + 4) * J :]
-    staged = g[8] == 1 and streams(ob, g) and staged_rows(n, g[7] * xb.itemsize, xb.itemsize)
+    staged = stages(g, xb.itemsize, ob.itemsize)
     xst = stage_for(xb, ccl * J, g[8] != 1 or staged)
     ost = stage_for(ob, ccl * J, g[13] != 1)
     stream = _tiles_stream(ob, g, J)
