@@ -30,6 +30,18 @@ This script times, interleaved in one process:
   with no cache or memory traffic; "FMA slots an element" is how many
   FMAs the pipes could have run in its time.
 
+* two *floors*, on 2 threads from memory, on the problem's bytes taken as
+  one contiguous stream (no strides): one pass (each vector loaded once
+  and put through all three passes' arithmetic, which no kernel giving
+  the library's bits can do: the terms need the max first), and the three
+  passes software-pipelined over blocks of whole columns' height (``n x
+  W`` elements, the smallest block a column strip allows, or four of
+  them), each value widened once, with and without asking for the next
+  block into L2. These do the arithmetic in the order a correct kernel
+  must, with none of its other costs (per-column statistics, strided rows,
+  the tile's re-reads from L2): the best of them is what a column kernel
+  could reach at most.
+
 The passes alone, in cache, summed: what the kernel as built (its passes
 one after another, each tile's) costs with memory fully hidden. If that
 exceeds the budget, hiding memory is not enough. The arithmetic alone on
@@ -55,12 +67,24 @@ import logsoftmax
 from logsoftmax.backends.cpu import columns as C
 from logsoftmax.backends.cpu._math import exp_f32_sum, exp_f64
 from logsoftmax.backends.cpu._simd import wide_vectors
-from logsoftmax.backends.cpu._vec import W, hi_f64, lane, lo_f64, splat, vfma, vload, vstore
+from logsoftmax.backends.cpu._vec import (
+    W,
+    hi_f64,
+    lane,
+    lo_f64,
+    prefetch_l2,
+    sfence,
+    splat,
+    vfma,
+    vload,
+    vstore,
+    vstore_nt,
+)
 from logsoftmax.backends.cpu.segment import LANES32, LANES64, forward_vec, vmax_x86
 from logsoftmax.driver.perf import copy2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_info, time_calls  # noqa: E402
+from common import cpu_info, line_aligned, time_calls  # noqa: E402
 
 _LSM = 0  # Op.LOG_SOFTMAX as the backend passes it (an int)
 #: the arithmetic-alone kernel's elements a thread (4-8 KiB: L1) and rounds
@@ -210,6 +234,96 @@ def _arith_alone(srcs, dsts, reps, accurate):
 
 
 @njit(inline="always")
+def _floor_one_pass(xb, ob, i0, i1, accurate):
+    """Elements ``[i0, i1)`` of one contiguous stream, each vector loaded
+    once and put through the arithmetic of all three passes (the max, the
+    sum's term, pass 2 with statistics known beforehand), its result
+    stored by a streaming store: no kernel giving the library's bits can
+    do this (the terms need the max first, pass 2 the sums)."""
+    wide_vectors()
+    b = splat(np.float32(-np.inf))
+    s0 = splat(0.0)
+    s1 = s0
+    f0 = splat(np.float32(0.0))
+    m = splat(np.float32(4.0))
+    m64 = splat(4.0)
+    lg = splat(2.0)
+    lg32 = splat(np.float32(2.0))
+    for i in range(i0, i1, W):
+        x = vload(xb, i)
+        b = vmax_x86(b, x)
+        if accurate:
+            s0 = s0 + exp_f64(lo_f64(x) - m64)
+            s1 = s1 + exp_f64(hi_f64(x) - m64)
+        else:
+            f0 = f0 + exp_f32_sum(x - m)
+        vstore_nt(ob, i, forward_vec(x, m64, m64, lg, lg, m, lg32, _LSM, accurate))
+    sfence()
+    return lane(b, 0) + lane(f0, 0) + lane(s0 + s1, 0)
+
+
+@njit(inline="always")
+def _floor_three_passes(xb, ob, i0, i1, accurate, blk, scr, ahead):
+    """Elements ``[i0, i1)`` of one contiguous stream in blocks of ``blk``,
+    the three passes software-pipelined: one loop takes block ``c + 2``'s
+    max (widening it once into the ``scr`` ring: 3 blocks of float32),
+    block ``c + 1``'s terms and block ``c``'s pass 2 (streaming stores),
+    vector by vector; ``ahead``: the max also asks for block ``c + 3``'s
+    lines into L2. The order of work a correct kernel needs (max, then
+    sums, then pass 2), with none of its other costs: no strides, no
+    per-column statistics (their loads, lane trees and logs), no tile
+    re-read from L2."""
+    wide_vectors()
+    b = splat(np.float32(-np.inf))
+    s0 = splat(0.0)
+    s1 = s0
+    f0 = splat(np.float32(0.0))
+    m = splat(np.float32(4.0))
+    m64 = splat(4.0)
+    lg = splat(2.0)
+    lg32 = splat(np.float32(2.0))
+    nb = (i1 - i0) // blk
+    line = 64 // xb.itemsize
+    for c in range(-2, nb):
+        a = (c + 2) % 3 * blk  # the ring's slots of blocks c + 2, c + 1, c
+        q1 = (c + 1) % 3 * blk
+        q0 = c % 3 * blk
+        for i in range(0, blk, W):
+            if c + 2 < nb:
+                if ahead and i % line == 0:
+                    prefetch_l2(xb, i0 + (c + 3) * blk + i)
+                x = vload(xb, i0 + (c + 2) * blk + i)
+                b = vmax_x86(b, x)
+                vstore(scr, a + i, x)
+            if 0 <= c + 1 < nb:
+                x = vload(scr, q1 + i)
+                if accurate:
+                    s0 = s0 + exp_f64(lo_f64(x) - m64)
+                    s1 = s1 + exp_f64(hi_f64(x) - m64)
+                else:
+                    f0 = f0 + exp_f32_sum(x - m)
+            if c >= 0:
+                y = forward_vec(vload(scr, q0 + i), m64, m64, lg, lg, m, lg32, _LSM, accurate)
+                vstore_nt(ob, i0 + c * blk + i, y)
+    sfence()
+    return lane(b, 0) + lane(f0, 0) + lane(s0 + s1, 0)
+
+
+@njit(cache=True, parallel=True)
+def _floor(xb, ob, accurate, blk, ahead, one_pass):
+    """A floor kernel on 2 threads, each half of the stream (``ob`` on a line)."""
+    out = np.empty(2)
+    h = xb.size // 2 // blk * blk
+    for t in prange(2):
+        if one_pass:
+            out[t] = _floor_one_pass(xb, ob, t * h, (t + 1) * h, accurate)
+        else:
+            scr = np.empty(3 * blk, np.float32)
+            out[t] = _floor_three_passes(xb, ob, t * h, (t + 1) * h, accurate, blk, scr, ahead)
+    return out
+
+
+@njit(inline="always")
 def _fma_one(n, x):
     """``n`` rounds of 12 independent zmm FMAs: the vector pipes' peak."""
     wide_vectors()
@@ -262,6 +376,13 @@ def _problem(name, shape, axis, dtype, cache_outer, repeat, rng) -> None:
     # the same values with the reduced axis moved last: contiguous rows
     xr = np.ascontiguousarray(np.moveaxis(x, axis, -1))
     orow = np.empty_like(xr)
+    # the floors: the problem's bytes as one stream, blocks of the smallest
+    # that holds whole columns (n rows x W columns) or four of them
+    ofl = line_aligned(x.size, dtype).view(bits)
+    strip = n * W
+    floors = {f"floor: three passes, blocks of {k} x {n}x{W}{', next block asked for' if ahead else ''}":
+              (lambda k=k, ahead=ahead: _floor(xf.view(bits), ofl, accurate, k * strip, ahead, False))
+              for k in (1, 4) for ahead in (False, True)}
     whole = {
         "copy (2 threads)": lambda: copy2(xf.view(bits), of.view(bits)),
         "ours out= (2 threads)": lambda: logsoftmax.log_softmax(x, axis, out=out),
@@ -269,6 +390,8 @@ def _problem(name, shape, axis, dtype, cache_outer, repeat, rng) -> None:
         "arithmetic alone (2 threads)": lambda: _arith_alone(srcs, dsts, _ARITH_REPS, accurate),
         "fma peak (2 threads)": lambda: _fma_peak(_FMA_ROUNDS, 2),
         "fma peak (1 thread)": lambda: _fma_peak(_FMA_ROUNDS, 1),
+        "floor: one pass": lambda: _floor(xf.view(bits), ofl, accurate, strip, False, True),
+        **floors,
     }
     sec2, _ = time_calls(whole, repeat)
     numba.set_num_threads(1)
@@ -304,6 +427,12 @@ def _problem(name, shape, axis, dtype, cache_outer, repeat, rng) -> None:
     rows = sec2["as rows (2 threads)"]
     print(f"  the same values as contiguous rows (axis moved last), 2 threads: {rows * 1e3:.3f} ms"
           f" ({sec2['copy (2 threads)'] / rows:.0%} of the copy)")
+    copy = sec2["copy (2 threads)"]
+    for k in ["floor: one pass", *floors]:
+        print(f"  {k} (2 threads, from memory): {sec2[k] * 1e3:.3f} ms = {sec2[k] / (2 * copy):.2f}x the budget")
+    best = min(floors, key=sec2.get)
+    print(f"  the best three-pass floor: {sec2[best] / (2 * copy):.2f}x the budget; ours"
+          f" {sec2['ours out= (2 threads)'] / sec2[best]:.2f}x that floor")
     print(f"  2 threads at once: the arithmetic alone (L1) {arith:.3f} = {arith / budget:.2f}x the"
           f" budget; zmm FMAs {fmas:.2f} G/s a thread ({fmas1:.2f} on one thread alone;"
           f" {arith * fmas:.1f} FMA slots an element)")
