@@ -234,6 +234,23 @@ def _arith_alone(srcs, dsts, reps, accurate):
 
 
 @njit(inline="always")
+def _floor_term(x, s0, s1, f0, accurate):
+    """The floors' sums ``(s0, s1, f0)`` with the terms of ``x`` added (the
+    float64 ones, or float32), from a max known beforehand (4)."""
+    if accurate:
+        return s0 + exp_f64(lo_f64(x) - splat(4.0)), s1 + exp_f64(hi_f64(x) - splat(4.0)), f0
+    return s0, s1, f0 + exp_f32_sum(x - splat(np.float32(4.0)))
+
+
+@njit(inline="always")
+def _floor_pass2(x, accurate):
+    """The floors' pass 2 on ``x`` (``forward_vec``), from statistics known
+    beforehand (``m = 4``, ``log s = 2``)."""
+    m64, lg = splat(4.0), splat(2.0)
+    return forward_vec(x, m64, m64, lg, lg, splat(np.float32(4.0)), splat(np.float32(2.0)), _LSM, accurate)
+
+
+@njit(inline="always")
 def _floor_one_pass(xb, ob, i0, i1, accurate):
     """Elements ``[i0, i1)`` of one contiguous stream, each vector loaded
     once and put through the arithmetic of all three passes (the max, the
@@ -242,22 +259,13 @@ def _floor_one_pass(xb, ob, i0, i1, accurate):
     do this (the terms need the max first, pass 2 the sums)."""
     wide_vectors()
     b = splat(np.float32(-np.inf))
-    s0 = splat(0.0)
-    s1 = s0
+    s0 = s1 = splat(0.0)
     f0 = splat(np.float32(0.0))
-    m = splat(np.float32(4.0))
-    m64 = splat(4.0)
-    lg = splat(2.0)
-    lg32 = splat(np.float32(2.0))
     for i in range(i0, i1, W):
         x = vload(xb, i)
         b = vmax_x86(b, x)
-        if accurate:
-            s0 = s0 + exp_f64(lo_f64(x) - m64)
-            s1 = s1 + exp_f64(hi_f64(x) - m64)
-        else:
-            f0 = f0 + exp_f32_sum(x - m)
-        vstore_nt(ob, i, forward_vec(x, m64, m64, lg, lg, m, lg32, _LSM, accurate))
+        s0, s1, f0 = _floor_term(x, s0, s1, f0, accurate)
+        vstore_nt(ob, i, _floor_pass2(x, accurate))
     sfence()
     return lane(b, 0) + lane(f0, 0) + lane(s0 + s1, 0)
 
@@ -275,13 +283,8 @@ def _floor_three_passes(xb, ob, i0, i1, accurate, blk, scr, ahead):
     re-read from L2."""
     wide_vectors()
     b = splat(np.float32(-np.inf))
-    s0 = splat(0.0)
-    s1 = s0
+    s0 = s1 = splat(0.0)
     f0 = splat(np.float32(0.0))
-    m = splat(np.float32(4.0))
-    m64 = splat(4.0)
-    lg = splat(2.0)
-    lg32 = splat(np.float32(2.0))
     nb = (i1 - i0) // blk
     line = 64 // xb.itemsize
     for c in range(-2, nb):
@@ -296,15 +299,9 @@ def _floor_three_passes(xb, ob, i0, i1, accurate, blk, scr, ahead):
                 b = vmax_x86(b, x)
                 vstore(scr, a + i, x)
             if 0 <= c + 1 < nb:
-                x = vload(scr, q1 + i)
-                if accurate:
-                    s0 = s0 + exp_f64(lo_f64(x) - m64)
-                    s1 = s1 + exp_f64(hi_f64(x) - m64)
-                else:
-                    f0 = f0 + exp_f32_sum(x - m)
+                s0, s1, f0 = _floor_term(vload(scr, q1 + i), s0, s1, f0, accurate)
             if c >= 0:
-                y = forward_vec(vload(scr, q0 + i), m64, m64, lg, lg, m, lg32, _LSM, accurate)
-                vstore_nt(ob, i0 + c * blk + i, y)
+                vstore_nt(ob, i0 + c * blk + i, _floor_pass2(vload(scr, q0 + i), accurate))
     sfence()
     return lane(b, 0) + lane(f0, 0) + lane(s0 + s1, 0)
 
