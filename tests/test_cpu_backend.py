@@ -453,7 +453,8 @@ def test_column_tile_width_changes_no_bit(dtype, n):
     for name, op in (("log_softmax", Op.LOG_SOFTMAX), ("softmax", Op.SOFTMAX)):
         y = _fwd(name, x, 0)
         g = getattr(CPU, name + "_backward")(dd, y, 0, None, dt)
-        for J in (1024, 2048, 2096, 4096, 4112):  # 4112: one tile spans every column
+        # 800: FAST16_WIDTH; 4112: one tile spans every column
+        for J in (800, 1024, 2048, 2096, 4096, 4112):
             o = np.empty_like(x)
             lay = layout(x.shape, [x.strides, o.strides], [dt.itemsize] * 2, 0)
             columns.forward_tiles(flat(x), flat(o), lay.g, op, accurate, J, 0, -1)
@@ -586,7 +587,8 @@ def test_column_tile_width_for_the_caches(monkeypatch):
     """Long columns take wide tiles only where a thread's share of L3 is at
     least ``WIDE_TILE_L3``; short columns and small caches keep 1024;
     staged forward tiles take ``STAGED_WIDTH`` columns where that stage fits
-    half of L2 (on Intel)."""
+    half of L2, and 16-bit fast-path forward tiles up to ``FAST16_WIDTH``
+    (on Intel)."""
     from logsoftmax.backends.cpu import columns
 
     import numba
@@ -606,6 +608,12 @@ def test_column_tile_width_for_the_caches(monkeypatch):
     assert columns.tile_width_for(300, 65536, False, 2, staged=True) == (256 if intel else 1024)
     assert columns.tile_width_for(2000, 32768, False, 2, staged=True) == 1040  # a 2 MB stage
     assert columns.tile_width_for(1000, 65536, True, 2, staged=True) == 16384
+    # 16-bit fast-path forward tiles of lane-major columns: up to FAST16_WIDTH
+    # columns (Intel); not the backward's, nor columns over LANE_MAJOR_ROWS
+    assert columns.tile_width_for(64, 12544, False, 2) == 976
+    assert columns.tile_width_for(64, 12544, False, 2, fast16=True) == (800 if intel else 976)
+    assert columns.tile_width_for(64, 12544, True, 2, fast16=True) == 976
+    assert columns.tile_width_for(384, 4096, False, 2, fast16=True) == 1024
     monkeypatch.setattr(columns, "_cache_bytes", lambda: (1 << 20, 32 << 20))
     assert columns.tile_width_for(1000, 65536, False, 2) == 1024
     assert columns.tile_width_for(1000, 65536, False, 2, staged=True) == 1024  # 1 MB over half of L2

@@ -349,7 +349,8 @@ class CpuBackend(Backend):
 
         if lay.inner:
             staged = columns.stages(lay.g, x.itemsize, dtype.itemsize)
-            J = columns.tile_width_for(n, ni, False, _threads(), staged=staged)
+            fast16 = x.itemsize == 2 and not accurate
+            J = columns.tile_width_for(n, ni, False, _threads(), staged=staged, fast16=fast16)
             tiles = n1 * n2 * -(-ni // J)
 
             def kernel(xb, ob, g):

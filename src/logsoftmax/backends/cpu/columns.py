@@ -69,6 +69,7 @@ __all__ = [
     "staged_rows",
     "stages",
     "STAGED_WIDTH",
+    "FAST16_WIDTH",
     "forward_tiles",
     "forward_parallel",
     "backward_tiles",
@@ -126,7 +127,7 @@ def _up(v, m):
 WIDE_TILE_L3 = 64 << 20
 
 
-def tile_width_for(n, ni, backward, threads, outer=1, staged=False):
+def tile_width_for(n, ni, backward, threads, outer=1, staged=False, fast16=False):
     """:func:`tile_width` for a call (``outer`` independent planes of ``n x
     ni``): columns too long for a 1024-wide float32 tile to fit in L2 take
     wider tiles.
@@ -161,9 +162,11 @@ def tile_width_for(n, ni, backward, threads, outer=1, staged=False):
 
     **Staged forward tiles** (``staged``: :func:`stages`) whose stage of
     :data:`STAGED_WIDTH` columns fits half of L2, on Intel: that width
-    (:data:`STAGED_WIDTH`)."""
+    (:data:`STAGED_WIDTH`). **16-bit fast-path forward tiles** (``fast16``:
+    16-bit input, not the accurate path) of lane-major columns, on Intel: up
+    to :data:`FAST16_WIDTH` columns."""
     l2, l3 = _cache_bytes()
-    return column_tile_width(n, ni, backward, threads, outer, l2, l3, staged)
+    return column_tile_width(n, ni, backward, threads, outer, l2, l3, staged, fast16)
 
 
 #: the widest backward column tile (:func:`tile_width_for`): its scratch is
@@ -188,6 +191,26 @@ WIDE_BACKWARD = 32768
 STAGED_WIDTH = 256
 
 
+#: the widest 16-bit fast-path forward tile of lane-major columns
+#: (:func:`column_tile_width`; 1024 for every other tile that fits L2).
+#: Intel Xeon (LLVM rocketlake), 2 threads, in-process A/B against 1024,
+#: numpy ``out=``, same bits (``python benchmarks/ab_inprocess.py``), NCHW
+#: axis 1: bfloat16 64x64x112x112 1.19-1.21x (976 -> 800 columns), float16
+#: 1.11-1.12x; bfloat16 32x64x224x224 1.19x, 64x32x112x112 1.23x,
+#: 64x48x112x112 1.15-1.16x, 16x128x224x224 1.09-1.11x, 8x256x112x112
+#: 1.09x; float16
+#: 16x64x224x224 1.05-1.06x; planes of 56x56 take 800 either way (1.00).
+#: Float32 (the accurate path) stays at 1024: 64x64x112x112 1.02-1.04x,
+#: 64x32x112x112 0.99x, 32x64x224x224 0.95x, 64x16x112x112 0.96-1.00x,
+#: 32x128x112x112 1.05-1.08x; so do 16-bit columns of more than
+#: LANE_MAJOR_ROWS rows (bfloat16 8x384x64x64 0.89-0.93x, float16 4x512x64x64
+#: 0.99-1.01x). Per width, bfloat16 64x64x112x112, ms (``python
+#: benchmarks/column_tiles.py 64x64x112x112 1 fwd --dtype bf16 --numpy-out
+#: --widths 448,640,800,976,1568``): 23.3 / 16.2 / 17.6 / 20.4 / 17.3 --
+#: not monotonic, so the rule keeps the width measured across shapes.
+FAST16_WIDTH = 800
+
+
 @njit(cache=True)
 def stages(g, xsize, osize):
     """Whether the forward copies each tile of the geometry ``g`` into a
@@ -199,17 +222,21 @@ def stages(g, xsize, osize):
 
 
 @njit(cache=True)
-def column_tile_width(n, ni, backward, threads, planes, l2, l3, staged=False):
+def column_tile_width(n, ni, backward, threads, planes, l2, l3, staged=False, fast16=False):
     """:func:`tile_width_for`'s rule for ``planes`` planes of ``n x ni`` on
     ``threads`` threads, given the caches' sizes in bytes (``l2 = 0``:
     unknown, taken as 1 MiB). Compiled, so that the JAX handlers (one
     thread) take it too: 1000x65536 axis 0 backward, ``NUMBA_NUM_THREADS=1
     python benchmarks/column_tiles.py 1000x65536 0 bwd``, AMD EPYC, LLVM
     znver4: 74.7 ms at 1024 columns, 68.8 at 4096, 53.9 at 16384, 50.8 at
-    32768. ``staged``: a forward's tiles are staged (:data:`STAGED_WIDTH`)."""
+    32768. ``staged``: a forward's tiles are staged (:data:`STAGED_WIDTH`);
+    ``fast16``: a forward on the fast path from 16-bit data
+    (:data:`FAST16_WIDTH`)."""
     if staged and not backward and not on_amd() and min(n, CHUNK) * STAGED_WIDTH * 4 <= l2 // 2:
         return tile_width(n, ni, STAGED_WIDTH * min(n, CHUNK), STAGED_WIDTH)
     if min(n, CHUNK) * 1024 * 4 <= (l2 if l2 > 0 else 1 << 20):
+        if fast16 and not backward and n <= LANE_MAJOR_ROWS and not on_amd():
+            return tile_width(n, ni, 1 << 20, FAST16_WIDTH)
         return tile_width(n, ni)
     if backward:  # the widest tiles that give each thread two
         per_plane = -(-2 * max(threads, 1) // max(planes, 1))
