@@ -178,16 +178,15 @@ WIDE_BACKWARD = 32768
 #: fits half of L2 (:func:`column_tile_width`): 1000 rows, 1 MiB. Intel Xeon
 #: (LLVM rocketlake, L2 2 MiB), 2 threads, axis 0 float32 forward, against
 #: the wide tiles' 1024-2048 columns: in-process A/B, same bits, numpy
-#: ``out=`` / the library's output memory: 1000x65536 1.03-1.05x /
-#: 1.02-1.04x, 500x131072 1.14x / 1.11x, 1000x16384 1.10-1.16x /
-#: 1.16-1.18x, 700x32768 1.14-1.19x / 1.12-1.14x, 300x65536 1.13x;
-#: 1000x8192 (32 MiB) 0.98-0.99x / 1.01-1.05x (``python
-#: benchmarks/ab_inprocess.py``). Per width (``python
-#: benchmarks/column_tiles.py 300x65536 0 fwd --numpy-out --widths
-#: 1024,512,256``): 300x65536 10.6 / 9.4 / 9.3 ms; 1000x65536 40.1-40.2 ms
-#: at 2048, 38.4-38.6 at 256, 42.2-42.5 at 320. 2000 and 4000 rows (a stage
-#: of 256 columns over 1 MiB) keep theirs: 2000x32768 36.6 / 36.6 / 35.9
-#: ms at 1040 / 256 / 512, 4000x16384 35.7 / 35.1 / 35.7 ms.
+#: ``out=`` / the library's output memory: 1000x65536 1.03-1.04x (three
+#: runs) / 1.04x, 500x131072 1.14x / 1.11x, 1000x16384 1.13-1.18x / 1.16x,
+#: 700x32768 1.14x / 1.12x, 300x65536 1.14x / -; 1000x8192 (32 MB: not
+#: staged) 0.98x / 1.01x (``python benchmarks/ab_inprocess.py``). Per
+#: width, 1000x65536 axis 0 (``python benchmarks/column_tiles.py
+#: 1000x65536 0 fwd --numpy-out --widths 128,256,320,512,1024,2048``):
+#: 60.5 / 39.5 / 39.7 / 41.6 / 40.7 / 43.2 ms. 2000 and 4000 rows (a stage
+#: of 256 columns over 1 MiB) keep theirs, flat across widths: 2000x32768
+#: 36.6 / 36.6 / 35.9 ms at 1040 / 256 / 512, 4000x16384 35.7 / 35.1 / 35.7.
 STAGED_WIDTH = 256
 
 
@@ -198,8 +197,8 @@ STAGED_WIDTH = 256
 #: axis 1: bfloat16 64x64x112x112 1.19-1.21x (976 -> 800 columns), float16
 #: 1.11-1.12x; bfloat16 32x64x224x224 1.19x, 64x32x112x112 1.23x,
 #: 64x48x112x112 1.15-1.16x, 16x128x224x224 1.09-1.11x, 8x256x112x112
-#: 1.09x; float16
-#: 16x64x224x224 1.05-1.06x; planes of 56x56 take 800 either way (1.00).
+#: 1.09x; float16 16x64x224x224 1.05-1.06x; planes of 56x56 take 800
+#: either way (1.00).
 #: Float32 (the accurate path) stays at 1024: 64x64x112x112 1.02-1.04x,
 #: 64x32x112x112 0.99x, 32x64x224x224 0.95x, 64x16x112x112 0.96-1.00x,
 #: 32x128x112x112 1.05-1.08x; so do 16-bit columns of more than
