@@ -194,11 +194,11 @@ STAGED_WIDTH = 256
 #: (:func:`column_tile_width`; 1024 for every other tile that fits L2).
 #: Intel Xeon (LLVM rocketlake), 2 threads, in-process A/B against 1024,
 #: numpy ``out=``, same bits (``python benchmarks/ab_inprocess.py``), NCHW
-#: axis 1: bfloat16 64x64x112x112 1.19-1.21x (976 -> 800 columns), float16
-#: 1.11-1.12x; bfloat16 32x64x224x224 1.19x, 64x32x112x112 1.23x,
-#: 64x48x112x112 1.15-1.16x, 16x128x224x224 1.09-1.11x, 8x256x112x112
-#: 1.09x; float16 16x64x224x224 1.05-1.06x; planes of 56x56 take 800
-#: either way (1.00).
+#: axis 1 (three runs where given): bfloat16 64x64x112x112 1.11-1.21x (976
+#: -> 800 columns), float16 1.03-1.12x; bfloat16 32x64x224x224 1.05-1.19x,
+#: 64x32x112x112 1.06-1.23x, 64x48x112x112 1.15-1.16x, 16x128x224x224
+#: 1.04-1.11x, 8x256x112x112 1.09x; float16 16x64x224x224 1.05-1.06x;
+#: planes of 56x56 take 800 either way (1.00).
 #: Float32 (the accurate path) stays at 1024: 64x64x112x112 1.02-1.04x,
 #: 64x32x112x112 0.99x, 32x64x224x224 0.95x, 64x16x112x112 0.96-1.00x,
 #: 32x128x112x112 1.05-1.08x; so do 16-bit columns of more than
