@@ -3,8 +3,9 @@
 ``columns.tile_width_for`` picks how many columns a tile of a non-last-axis
 problem spans (the arithmetic per column does not depend on it, only the
 speed). This script calls the column kernels directly with each width
-given, on the same arrays, in alternating rounds on 2 threads, checks that
-every width gives the same bits, and prints the median time per width --
+given, on the same arrays, in interleaved rounds on 2 threads
+(``common.time_calls``: each round in its own order), checks that every
+width gives the same bits, and prints the median time per width --
 the measurements behind the widths ``tile_width_for`` chooses.
 
     python benchmarks/column_tiles.py 1000x65536 0 bwd --widths 1024,2048,4096
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import ml_dtypes
@@ -35,7 +35,7 @@ from logsoftmax.backends.cpu import columns, segment
 from logsoftmax.backends.cpu.layout import layout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_info  # noqa: E402
+from common import cpu_info, time_calls  # noqa: E402
 
 
 def main(argv=None) -> None:
@@ -89,25 +89,15 @@ def main(argv=None) -> None:
             ref = out.copy()
         elif not np.array_equal(ref.view(np.uint8), out.view(np.uint8)):
             raise SystemExit(f"width {J} changed the result's bits")
-    times = {J: [] for J in fns}
-    order = list(fns)
-    shuffle = np.random.default_rng(0)
-    for _ in range(args.rounds):
-        # each round in its own order: a width timed right after a slow one
-        # ran 10-25% slower (300x65536 at 256 columns: 11.7 ms after 128,
-        # 9.3 after 512), so no width always follows the same one
-        for i in shuffle.permutation(len(order)):
-            J = order[i]
-            f = fns[J]
-            t = time.perf_counter()
-            f()
-            times[J].append(time.perf_counter() - t)
+    seconds, errors = time_calls({str(J): f for J, f in fns.items()}, args.rounds)
+    if errors:
+        raise SystemExit(f"a width failed: {errors}")
     print(f"CPU: {cpu_info()['model']}; {threads} threads; {args.shape} axis {args.axis} "
           f"{args.direction} {np.dtype(dtype).name}; output in {'numpy' if args.numpy_out else 'library'} memory; accurate path: {bool(accurate)}; tile_width_for chooses {chosen} columns; same bits: yes")
-    print("| columns per tile | ms (median) | min |")
-    print("|---:|---:|---:|")
-    for J, v in times.items():
-        print(f"| {J} | {np.median(v) * 1e3:.2f} | {min(v) * 1e3:.2f} |")
+    print("| columns per tile | ms (median) |")
+    print("|---:|---:|")
+    for J, sec in seconds.items():
+        print(f"| {J} | {sec * 1e3:.2f} |")
 
 
 if __name__ == "__main__":

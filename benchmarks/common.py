@@ -180,8 +180,12 @@ def time_calls(
     2 us call is timed over ~10^4 calls per sample, where the timer's own
     resolution and one scheduler hiccup would otherwise dominate; a 100 ms
     call is one call per sample. ``repeat`` rounds then take one sample of
-    each function in turn (round robin), so machine noise hits them alike. A
-    function whose samples have already cost ``slow_s`` seconds stops after
+    each function, so machine noise hits them alike, each round in its own
+    (seeded) order: a function timed right after a slow one can read slow
+    (``benchmarks/column_tiles.py``: 300x65536 axis 0 at 256 columns took
+    11.7 ms right after 128 columns, 8.8-9.3 ms otherwise), and a fixed
+    order would give it the same neighbour every round. A function whose
+    samples have already cost ``slow_s`` seconds stops after
     ``min_samples`` samples (the slow peers).
 
     Returns:
@@ -199,8 +203,11 @@ def time_calls(
             errors[name] = f"{type(e).__name__}: {e}"
     samples: dict[str, list[float]] = {name: [] for name in calls}
     spent = dict.fromkeys(calls, 0.0)
+    names = list(samples)
+    order = np.random.default_rng(0)
     for _ in range(repeat):
-        for name in list(samples):
+        for i in order.permutation(len(names)):
+            name = names[i]
             if name in errors or (
                 len(samples[name]) >= min_samples and spent[name] >= slow_s
             ):

@@ -49,8 +49,7 @@ from ._vec import (
     vstore_n,
     vstore_nt,
 )
-from .alloc import STREAM_BYTES
-from .rows import stage_for, streams
+from .rows import stage_for, streams, streams_items
 from .segment import (
     CHUNK,
     GRAD_LANES,
@@ -216,8 +215,7 @@ def stages(g, xsize, osize):
     dense stage (input items of ``xsize`` bytes, output ``osize``): unit
     stride columns whose rows :func:`staged_rows` takes, of an output that
     streams (:func:`.rows.streams`)."""
-    return (g[8] == 1 and g[0] * g[1] * g[2] * g[3] * osize >= STREAM_BYTES
-            and staged_rows(g[2], g[7] * xsize, xsize))
+    return g[8] == 1 and streams_items(g, osize) and staged_rows(g[2], g[7] * xsize, xsize)
 
 
 @njit(cache=True)

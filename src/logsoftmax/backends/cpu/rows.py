@@ -113,7 +113,14 @@ def streams(ob, g):
     far bigger than a cache, since they send every line to memory and a
     result that fits in L2/L3 is better left there for whoever reads it
     next."""
-    return g[0] * g[1] * g[2] * g[3] * ob.itemsize >= STREAM_BYTES
+    return streams_items(g, ob.itemsize)
+
+
+@njit(forceinline=True, error_model="numpy")
+def streams_items(g, itemsize):
+    """:func:`streams` for an output of ``itemsize``-byte items (before it
+    exists: the plan's tile width, ``.columns.stages``)."""
+    return g[0] * g[1] * g[2] * g[3] * itemsize >= STREAM_BYTES
 
 
 @njit(forceinline=True, error_model="numpy")
