@@ -13,6 +13,8 @@ is defined once, per row, in :mod:`.segment`; the kernels that follow it:
 :mod:`.columns`     the axis is strided and an inner axis is not (NCHW
                     ``axis=1``): vectors across tiles of up to 1024-4096
                     columns (a tile of rows 4 KiB apart staged densely)
+:mod:`.strips`      short float32 columns 16 at a time, three strips'
+                    passes in one loop (the forward, where it pays)
 :mod:`.split`       few long rows: chunks spread over threads; the per-block
                     statistics the dask backend merges
 :mod:`.float64`     float64 inputs (and results): double-double sums and logs
@@ -130,6 +132,13 @@ def _k():
     from . import columns, float64, rows, segment, split
 
     return rows, columns, split, float64, segment
+
+
+def _strips():
+    """The strip kernels (:mod:`.strips`), deferred as :func:`_k`'s."""
+    from . import strips
+
+    return strips
 
 
 def _threads() -> int:
@@ -347,7 +356,20 @@ class CpuBackend(Backend):
         accurate = dtype == _F32 and n <= segment.SHORT
         size = x.size
 
-        if lay.inner:
+        if lay.inner and _strips().takes_strips(lay.g, x.itemsize, dtype.itemsize, accurate):
+            strips = _strips()
+            # small contiguous calls take the tiles' serial kernel (same bits)
+            staged = columns.stages(lay.g, x.itemsize, dtype.itemsize)
+            J = columns.tile_width_for(n, ni, False, _threads(), staged=staged)
+
+            def kernel(xb, ob, g):
+                if _serial(size):
+                    count, h, stream = strips.strip_plan(ob, g)
+                    strips.forward_strips(xb, ob, g, op, 0, count, h, stream, np.empty(strips.SCRATCH))
+                else:
+                    strips.forward_strips_parallel(xb, ob, g, op, _threads())
+
+        elif lay.inner:
             staged = columns.stages(lay.g, x.itemsize, dtype.itemsize)
             fast16 = x.itemsize == 2 and not accurate
             J = columns.tile_width_for(n, ni, False, _threads(), staged=staged, fast16=fast16)

@@ -1,0 +1,249 @@
+"""Short float32 columns 16 at a time: the three passes of three strips in one loop.
+
+A column tile (:mod:`.columns`) is up to a thousand columns wide and takes
+its passes one after another (the max, the sums, pass 2), the tile in L2
+between them and its per-column statistics in L1 arrays. Here the columns
+go a vector (``W = 16``) at a time, a *strip* of ``n`` rows, and one loop
+takes three strips at once::
+
+    for each strip c:                         # rows k of the strips
+        max  of strip c + 2   (row k from L2, asked for a strip ahead)
+        sums of strip c + 1   (row k from L1: the max just loaded it)
+        pass 2 on strip c     (row k from L1; a streaming store)
+
+so each strip's statistics live in registers, its rows in L1 between its
+passes, and the loads from memory, the ``exp`` arithmetic and the stores
+overlap in one loop instead of taking turns. It is the order of work that
+``benchmarks/strided_limits.py``'s floor kernels time on a contiguous
+stream, with the problem's own strides.
+
+The same bits as :func:`.columns.forward_tiles` (the accurate, one-chunk
+path): the max is exact in any order; the sums go lane-major, row ``k``
+into lane ``k % LANES64`` from 0, the lanes added by
+:func:`.columns._lane_tree`, as :func:`.columns._tile_sums_lane_major`
+does; all--inf columns get a sum of 0 (NaN if they hold a NaN) as in
+:func:`.columns._column_fixups`; pass 2 is :func:`.segment.forward_vec`.
+
+When (:func:`takes_strips`): float32 in and out on the accurate path, unit
+column strides, up to :data:`STRIP_ROWS` rows, at least ``4 W`` columns,
+and rows whose lines spread over L1's sets (:func:`rows_per_set`), on
+Intel (measured there only). On the Intel Xeon (LLVM rocketlake), numpy
+``out=``, same bits: 64x64x56x56 axis 1 4.25 -> 3.53-3.75 ms (45 -> 55%
+of a same-run copy), 64x128x56x56 1.31x, 256x128x28x28 1.42x,
+64x32x112x112 1.14x; 64x64x112x112, whose rows share four L1 sets (16 rows
+a set), 0.82x: left to the tiles (``docs/performance.md``, the
+seventeenth session).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from .. import Op
+from ._math import exp_f64, log_f64
+from ._simd import wide_vectors
+from ._vec import (
+    W,
+    hi_f64,
+    lane,
+    lo_f64,
+    on_amd,
+    prefetch_l2,
+    reduce_add,
+    sfence,
+    splat,
+    vload,
+    vload_n,
+    vstore,
+    vstore_n,
+    vstore_nt,
+)
+from .columns import LANE_MAJOR_ROWS, _col_nan, _lane_tree, _tile_geom
+from .rows import streams, streams_items
+from .segment import LANES64, forward_vec, stream_head, vmax_x86
+
+__all__ = ["STRIP_ROWS", "SCRATCH", "strip_plan", "rows_on_lines", "rows_per_set", "takes_strips", "forward_strips", "forward_strips_parallel"]
+
+#: the longest columns taken here (those the tiles sum lane-major):
+#: 64x256x28x28 measured 1.42x
+STRIP_ROWS = LANE_MAJOR_ROWS
+#: the most rows of one strip that may share an L1 set (of 12 ways here):
+#: 8 (64x32x112x112, 64x128x56x56) gained 1.14-1.31x; 16 (64x64x112x112)
+#: lost, 0.82x
+MAX_ROWS_PER_SET = 8
+#: float64 items of a call's scratch (:func:`forward_strips`' ``acc``)
+SCRATCH = LANES64 * W
+
+_NINF = np.float32(-np.inf)
+_ZERO = np.float32(0.0)
+_LSM = Op.LOG_SOFTMAX
+
+
+@njit(cache=True)
+def rows_per_set(n, sn_bytes):
+    """How many of ``n`` rows ``sn_bytes`` apart fall into one set of a
+    64-set L1 (lines of 64 bytes: the set is bits 6-11 of the address, so
+    the rows repeat their sets every ``4096 / gcd(sn_bytes, 4096)`` rows)."""
+    period = 4096 // math.gcd(sn_bytes, 4096)
+    return -(-n // min(period, 64))
+
+
+@njit(cache=True)
+def rows_on_lines(g, itemsize):
+    """Whether every row of every plane of operand 1 (the output, items of
+    ``itemsize`` bytes) starts at the same offset in a 64-byte line."""
+    L = 64 // itemsize
+    return g[12] % L == 0 and (g[0] == 1 or g[10] % L == 0) and (g[1] == 1 or g[11] % L == 0)
+
+
+@njit(cache=True)
+def takes_strips(g, xsize, osize, accurate):
+    """Whether a forward on the column geometry ``g`` (input items of
+    ``xsize`` bytes, output ``osize``) goes by strips (module doc): only
+    where pass 2 streams its stores (:func:`.rows.streams`, rows on a
+    common line offset). With ordinary stores the strips won on some
+    outputs under :data:`.alloc.STREAM_BYTES` and lost on another:
+    128x64x14x14 1.20x, 64x16x56x56 1.33x, 64x32x56x56 0.67-0.74x (25.7
+    MB); streamed, 64x32x56x56 took 1.28x."""
+    n = g[2]
+    return (accurate and xsize == 4 and osize == 4 and g[8] == 1 and g[13] == 1
+            and n <= STRIP_ROWS and g[3] >= 4 * W and streams_items(g, osize)
+            and rows_on_lines(g, osize)
+            and rows_per_set(n, g[7] * xsize) <= MAX_ROWS_PER_SET and not on_amd())
+
+
+@njit(forceinline=True, error_model="numpy")
+def _strip(g, s, per, h):
+    """``(x base, out base, first column, columns)`` of strip ``s`` (``per``
+    strips a plane; the first ``h`` columns of a plane are a strip of their
+    own, so that the others start on a line of the output)."""
+    o = s // per
+    r = s - o * per
+    if h > 0:
+        j = 0 if r == 0 else h + (r - 1) * W
+    else:
+        j = r * W
+    w = h if h > 0 and r == 0 else min(W, g[3] - j)
+    xbase, _xsn, _xsi = _tile_geom(g, 0, o, j)
+    obase, _osn, _osi = _tile_geom(g, 1, o, j)
+    return xbase, obase, w
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def forward_strips(xb, ob, g, op, s0, s1, h, stream, acc):
+    """Forward on strips ``[s0, s1)`` (module doc); ``h``: the head strip's
+    columns (:func:`_strip`); ``stream``: full strips store by streaming
+    stores (their rows on a line); ``acc``: ``LANES64 x W`` float64 scratch."""
+    wide_vectors()
+    n = g[2]
+    sn = g[7]
+    osn = g[12]
+    per = (1 if h > 0 else 0) + (g[3] - h + W - 1) // W
+    used = min(n, LANES64)
+    zero = splat(0.0)
+    c32 = splat(_ZERO)  # forward_vec's float32 statistics: the fast path's only
+    mb = splat(_NINF)  # strip c + 1's max
+    mcl = mch = bcl = bch = zero  # strip c's m and log s (or 1/s), float64
+    pb = qb = wb = pc = qc = wc = 0  # strips c + 1 and c: x base, out base, columns
+    for c in range(s0 - 2, s1):
+        pa = qa = wa = 0
+        if c + 2 < s1:
+            pa, qa, wa = _strip(g, c + 2, per, h)
+        pp = 0  # strip c + 3: asked for into L2 row by row
+        ahead = c + 3 < s1
+        if ahead:
+            pp, _qp, _wp = _strip(g, c + 3, per, h)
+        ma = splat(_NINF)
+        mbl = lo_f64(mb)
+        mbh = hi_f64(mb)
+        r = 0  # the row of strip c + 2 that its max takes next
+        if wa == W and wb == W and wc == W and ahead and c >= s0:
+            # the steady state: three whole strips, no test in the loop
+            for lane_ in range(used):
+                al = zero
+                ah = zero
+                for k in range(lane_, n, LANES64):
+                    prefetch_l2(xb, pp + r * sn)
+                    ma = vmax_x86(ma, vload(xb, pa + r * sn))  # from -inf: as from row 0
+                    x = vload(xb, pb + k * sn)
+                    al = al + exp_f64(lo_f64(x) - mbl)
+                    ah = ah + exp_f64(hi_f64(x) - mbh)
+                    y = forward_vec(vload(xb, pc + r * sn), mcl, mch, bcl, bch, c32, c32, op, True)
+                    if stream:
+                        vstore_nt(ob, qc + r * osn, y)
+                    else:
+                        vstore(ob, qc + r * osn, y)
+                    r += 1
+                vstore(acc, lane_ * W, al)
+                vstore(acc, lane_ * W + W // 2, ah)
+        else:  # the first and last strips, and those around a partial one
+            for lane_ in range(used):
+                al = zero
+                ah = zero
+                for k in range(lane_, n, LANES64):
+                    if wa > 0:
+                        if ahead:
+                            prefetch_l2(xb, pp + r * sn)
+                        ma = vmax_x86(ma, vload_n(xb, pa + r * sn, wa, _NINF))
+                        r += 1
+                    if wb > 0:
+                        x = vload_n(xb, pb + k * sn, wb, _NINF)
+                        al = al + exp_f64(lo_f64(x) - mbl)
+                        ah = ah + exp_f64(hi_f64(x) - mbh)
+                    if wc > 0 and c >= s0:
+                        y = forward_vec(vload_n(xb, pc + k * sn, wc, _ZERO), mcl, mch, bcl, bch,
+                                        c32, c32, op, True)
+                        if stream and wc == W:
+                            vstore_nt(ob, qc + k * osn, y)
+                        else:
+                            vstore_n(ob, qc + k * osn, y, wc)
+                vstore(acc, lane_ * W, al)
+                vstore(acc, lane_ * W + W // 2, ah)
+        if wb > 0:  # strip c + 1's statistics, for its pass 2 in the next round
+            _lane_tree(acc, used, 2, W // 2, W, LANES64)
+            if not math.isfinite(reduce_add(mb)):  # an all--inf column (or inf, NaN)
+                for i in range(wb):
+                    if lane(mb, i) == _NINF:
+                        acc[i] = np.nan if _col_nan(xb, pb, sn, n, i) else 0.0
+            for i in range(wb, W):
+                acc[i] = 1.0
+            mcl = mbl
+            mch = mbh
+            if op == _LSM:
+                bcl = log_f64(vload(acc, 0))
+                bch = log_f64(vload(acc, W // 2))
+            else:
+                bcl = 1.0 / vload(acc, 0)
+                bch = 1.0 / vload(acc, W // 2)
+        pc, qc, wc = pb, qb, wb
+        pb, qb, wb = pa, qa, wa
+        mb = ma
+    if stream:
+        sfence()
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def strip_plan(ob, g):
+    """``(strips, h, stream)`` of a forward on ``g`` into ``ob``: streaming
+    stores where the output streams (:func:`.rows.streams`) and every row
+    of every plane starts at the same offset in a line; then the first
+    ``h`` columns of each plane are a strip of their own, so that the
+    others start on a line."""
+    head = stream_head(ob, g[9])
+    stream = streams(ob, g) and head >= 0 and rows_on_lines(g, ob.itemsize)
+    h = min(head, g[3]) if stream else 0
+    per = (1 if h > 0 else 0) + (g[3] - h + W - 1) // W
+    return g[0] * g[1] * per, h, stream
+
+
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+def forward_strips_parallel(xb, ob, g, op, ntask):
+    """:func:`forward_strips` over every strip, ``ntask`` ranges in parallel
+    (``ntask = 1``: on the calling thread's share, serially)."""
+    strips, h, stream = strip_plan(ob, g)
+    for t in prange(ntask):
+        acc = np.empty(SCRATCH)
+        forward_strips(xb, ob, g, op, t * strips // ntask, (t + 1) * strips // ntask, h, stream, acc)

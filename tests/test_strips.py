@@ -1,0 +1,153 @@
+"""The strip kernel (:mod:`logsoftmax.backends.cpu.strips`): short float32
+columns 16 at a time, three strips' passes in one loop. It must give the
+bits of the row kernel on the same values (a transposed copy), as every
+column kernel does, for any split of its strips between threads, with or
+without streaming stores, with special values and partial strips."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+from logsoftmax.backends import Op, get_backend
+from logsoftmax.backends.cpu import columns, strips
+from logsoftmax.backends.cpu._vec import on_amd
+from logsoftmax.backends.cpu.layout import layout
+
+F32 = np.float32
+CPU = get_backend("cpu")
+INTEL = not numba.njit(lambda: on_amd())()
+
+
+def bits(a) -> np.ndarray:
+    return np.ascontiguousarray(a).view(np.uint32)
+
+
+def _rows_reference(name, x):
+    """The row kernel on the same values: axis 1 moved last, contiguous."""
+    moved = np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    return np.moveaxis(getattr(CPU, name)(moved, moved.ndim - 1, None, np.dtype(F32)), -1, 1)
+
+
+def _special(x):
+    """Special columns: all -inf, all -inf but a NaN, -inf but one value, a
+    NaN, an inf, a huge spread."""
+    x[0, :, 0] = -np.inf
+    x[0, :, 1] = -np.inf
+    x[0, -1, 1] = np.nan
+    x[-1, :, 2] = -np.inf
+    x[-1, 0, 2] = 5.0
+    x[0, 0, 3] = np.nan
+    x[-1, -1, 4] = np.inf
+    x[0, 0, 5] = 3e38
+    x[0, -1, 5] = -3e38
+    return x
+
+
+def _line_out(shape, head):
+    """An output whose first element lies ``head`` floats past a 64-byte line."""
+    size = int(np.prod(shape))
+    raw = np.empty(size + 32, F32)
+    off = (-raw.ctypes.data % 64) // 4 + head
+    return raw[off : off + size].reshape(shape)
+
+
+@pytest.mark.parametrize("n", [2, 5, 16, 17, 64, 100, 256])
+@pytest.mark.parametrize("ni", [64, 83, 160])
+def test_strips_give_the_row_kernels_bits(n, ni):
+    """Every split of the strips in two (as two threads take them, a plane
+    cut mid-way too), ordinary stores (h = 0) and streaming ones from any
+    line offset (h = 0, 4, 12 columns of head strip), log_softmax and
+    softmax: the column tiles' bits, and the row kernel's values (the
+    tiles and the rows differ in the sign of a NaN where a column is -inf
+    but for a NaN; the strips take the tiles')."""
+    rng = np.random.default_rng(n * 1000 + ni)
+    x = _special((rng.standard_normal((3, n, ni)) * 4).astype(F32))
+    for name, op in (("log_softmax", Op.LOG_SOFTMAX), ("softmax", Op.SOFTMAX)):
+        tiles = np.empty_like(x)
+        g = layout(x.shape, [x.strides, x.strides], [4, 4], 1).g
+        columns.forward_tiles(x.reshape(-1), tiles.reshape(-1), g, op, np.bool_(True), 1024, 0, -1)
+        assert np.array_equal(tiles, _rows_reference(name, x), equal_nan=True)
+        ref = bits(tiles)
+        for head in (0, 4, 12):
+            o = _line_out(x.shape, head)
+            lay = layout(x.shape, [x.strides, o.strides], [4, 4], 1)
+            assert lay.inner
+            g = lay.g
+            stream = ni % 16 == 0  # rows on a common line offset
+            h = (16 - head) % 16 if stream else 0
+            per = (1 if h else 0) + -(-(ni - h) // 16)
+            total = 3 * per
+            for cut in sorted({0, 1, per // 2, per + 1, total - 2, total}):
+                o[...] = np.nan
+                acc = np.empty(strips.SCRATCH)
+                strips.forward_strips(x.reshape(-1), o.reshape(-1), g, op, 0, cut, h, stream, acc)
+                strips.forward_strips(x.reshape(-1), o.reshape(-1), g, op, cut, total, h, stream, acc)
+                assert np.array_equal(bits(o), ref), (name, head, cut)
+
+
+def test_strip_plan_moves_strips_onto_lines():
+    """A streamed output 16 bytes past a line (numpy's): a head strip of 12
+    columns, then strips that start on lines; a strided output streams not."""
+    x = np.zeros((128, 64, 64, 64), F32)  # 128 MiB out: streamed
+    o = _line_out(x.shape, 4)
+    g = layout(x.shape, [x.strides, o.strides], [4, 4], 1).g
+    count, h, stream = strips.strip_plan(o.reshape(-1), g)
+    assert stream and h == 12 and count == 128 * (1 + -(-(4096 - 12) // 16))
+    assert strips.rows_on_lines(g, 4)
+    padded = np.empty((128, 64, 4100), F32)[:, :, 2:4098]
+    g2 = layout((128, 64, 4096), [(64 * 4096 * 4, 4096 * 4, 4), padded.strides], [4, 4], 1).g
+    assert not strips.rows_on_lines(g2, 4)
+
+
+def test_which_columns_take_strips():
+    """The rule (module doc): float32 accurate forwards of up to 256 rows
+    whose rows spread over L1's sets, with streamed outputs, on Intel."""
+    assert strips.rows_per_set(64, 56 * 56 * 4) == 4  # 12544 bytes: 16 sets
+    assert strips.rows_per_set(64, 112 * 112 * 4) == 16  # 50176 bytes: 4 sets
+    assert strips.rows_per_set(64, 4096) == 64
+    assert strips.rows_per_set(256, 28 * 28 * 4) == 4
+
+    def takes(shape, itemsize=4, accurate=True):
+        st = tuple(int(np.prod(shape[i + 1 :])) * itemsize for i in range(len(shape)))
+        g = layout(shape, [st, st], [itemsize, itemsize], 1).g
+        return bool(strips.takes_strips(g, itemsize, itemsize, np.bool_(accurate)))
+
+    assert takes((64, 64, 56, 56)) == INTEL  # nchw56
+    assert takes((64, 128, 56, 56)) == INTEL
+    assert not takes((64, 64, 112, 112))  # 16 rows a set: the tiles
+    assert not takes((8, 64, 56, 56))  # 6.4 MB out: not streamed
+    assert not takes((64, 512, 28, 28))  # over 256 rows
+    assert not takes((64, 64, 56, 56), 2, False)  # the 16-bit fast path
+    assert not takes((4096, 64, 7, 7))  # planes of 49 columns
+
+
+def test_the_front_door_takes_strips(monkeypatch):
+    """nchw56 through the public call (on Intel: the strips, counted):
+    allocating, ``out=`` 16 bytes past a line, in place, on 1 and 2
+    threads; the row kernel's bits."""
+    calls = []
+    par, ser = strips.forward_strips_parallel, strips.forward_strips
+    monkeypatch.setattr(strips, "forward_strips_parallel", lambda *a: (calls.append("p"), par(*a))[1])
+    monkeypatch.setattr(strips, "forward_strips", lambda *a: (calls.append("s"), ser(*a))[1])
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((64, 64, 56, 56)) * 3).astype(F32)
+    x[0, :, 0, :7] = -np.inf
+    x[1, 3, 2, 2] = np.nan
+    threads = numba.get_num_threads()
+    for name in ("log_softmax", "softmax"):
+        ref = bits(_rows_reference(name, x))
+        for t in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
+            numba.set_num_threads(t)
+            try:
+                assert np.array_equal(bits(getattr(CPU, name)(x, 1, None, np.dtype(F32))), ref)
+                o = _line_out(x.shape, 4)
+                getattr(CPU, name)(x, 1, o, np.dtype(F32))
+                assert np.array_equal(bits(o), ref)
+                z = x.copy()
+                getattr(CPU, name)(z, 1, z, np.dtype(F32))
+                assert np.array_equal(bits(z), ref)
+            finally:
+                numba.set_num_threads(threads)
+    assert bool(calls) == INTEL
