@@ -52,6 +52,7 @@ from ._vec import (
     lo_f64,
     on_amd,
     prefetch_l2,
+    prefetch_w,
     reduce_add,
     sfence,
     splat,
@@ -62,7 +63,7 @@ from ._vec import (
     vstore_nt,
 )
 from .columns import LANE_MAJOR_ROWS, _col_nan, _lane_tree, _tile_geom
-from .rows import streams, streams_items
+from .rows import streams
 from .segment import LANES64, forward_vec, stream_head, vmax_x86
 
 __all__ = ["STRIP_ROWS", "SCRATCH", "strip_plan", "rows_on_lines", "rows_per_set", "takes_strips", "forward_strips", "forward_strips_parallel"]
@@ -102,16 +103,10 @@ def rows_on_lines(g, itemsize):
 @njit(cache=True)
 def takes_strips(g, xsize, osize, accurate):
     """Whether a forward on the column geometry ``g`` (input items of
-    ``xsize`` bytes, output ``osize``) goes by strips (module doc): only
-    where pass 2 streams its stores (:func:`.rows.streams`, rows on a
-    common line offset). With ordinary stores the strips won on some
-    outputs under :data:`.alloc.STREAM_BYTES` and lost on another:
-    128x64x14x14 1.20x, 64x16x56x56 1.33x, 64x32x56x56 0.67-0.74x (25.7
-    MB); streamed, 64x32x56x56 took 1.28x."""
+    ``xsize`` bytes, output ``osize``) goes by strips (module doc)."""
     n = g[2]
     return (accurate and xsize == 4 and osize == 4 and g[8] == 1 and g[13] == 1
-            and n <= STRIP_ROWS and g[3] >= 4 * W and streams_items(g, osize)
-            and rows_on_lines(g, osize)
+            and n <= STRIP_ROWS and g[3] >= 4 * W
             and rows_per_set(n, g[7] * xsize) <= MAX_ROWS_PER_SET and not on_amd())
 
 
@@ -152,10 +147,10 @@ def forward_strips(xb, ob, g, op, s0, s1, h, stream, acc):
         pa = qa = wa = 0
         if c + 2 < s1:
             pa, qa, wa = _strip(g, c + 2, per, h)
-        pp = 0  # strip c + 3: asked for into L2 row by row
+        pp = qp = 0  # strip c + 3: asked for into L2 row by row
         ahead = c + 3 < s1
         if ahead:
-            pp, _qp, _wp = _strip(g, c + 3, per, h)
+            pp, qp, _wp = _strip(g, c + 3, per, h)
         ma = splat(_NINF)
         mbl = lo_f64(mb)
         mbh = hi_f64(mb)
@@ -175,6 +170,11 @@ def forward_strips(xb, ob, g, op, s0, s1, h, stream, acc):
                     if stream:
                         vstore_nt(ob, qc + r * osn, y)
                     else:
+                        # claim strip c + 3's output lines ahead: without,
+                        # stores to lines a row apart waited on each line
+                        # (64x32x56x56, 25.7 MB out: 0.67-0.74x the tiles;
+                        # asking for strip c + 2's lines, 0.96x; c + 3's, 1.00x)
+                        prefetch_w(ob, qp + r * osn)
                         vstore(ob, qc + r * osn, y)
                     r += 1
                 vstore(acc, lane_ * W, al)
