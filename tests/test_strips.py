@@ -118,6 +118,7 @@ def test_which_columns_take_strips():
     assert takes((64, 128, 56, 56)) == INTEL
     assert not takes((64, 64, 112, 112))  # 16 rows a set: the tiles
     assert takes((8, 64, 56, 56)) == INTEL  # 6.4 MB out: ordinary stores
+    assert not takes((32, 64, 56, 56))  # 25.7 MB: neither streamed nor under 16 MiB
     assert not takes((64, 512, 28, 28))  # over 256 rows
     assert not takes((64, 64, 56, 56), 2, False)  # the 16-bit fast path
     assert not takes((4096, 64, 7, 7))  # planes of 49 columns

@@ -63,7 +63,7 @@ from ._vec import (
     vstore_nt,
 )
 from .columns import LANE_MAJOR_ROWS, _col_nan, _lane_tree, _tile_geom
-from .rows import streams
+from .rows import streams, streams_items
 from .segment import LANES64, forward_vec, stream_head, vmax_x86
 
 __all__ = ["STRIP_ROWS", "SCRATCH", "strip_plan", "rows_on_lines", "rows_per_set", "takes_strips", "forward_strips", "forward_strips_parallel"]
@@ -75,6 +75,12 @@ STRIP_ROWS = LANE_MAJOR_ROWS
 #: 8 (64x32x112x112, 64x128x56x56) gained 1.14-1.31x; 16 (64x64x112x112)
 #: lost, 0.82x
 MAX_ROWS_PER_SET = 8
+#: the largest output that the strips write by ordinary stores (outputs of
+#: STREAM_BYTES or more stream; those between keep the tiles): in-process
+#: A/B against the tiles, numpy out=, same bits: 6.4-12.8 MB 1.01-1.41x
+#: (128x64x14x14, 64x32x28x28, 64x16x56x56, 32x32x56x56), but 25.7 MB
+#: 0.85-1.10x (64x32x56x56) and 0.93-1.00x (32x64x56x56) over four runs
+ORDINARY_MAX_BYTES = 1 << 24
 #: float64 items of a call's scratch (:func:`forward_strips`' ``acc``)
 SCRATCH = LANES64 * W
 
@@ -103,10 +109,14 @@ def rows_on_lines(g, itemsize):
 @njit(cache=True)
 def takes_strips(g, xsize, osize, accurate):
     """Whether a forward on the column geometry ``g`` (input items of
-    ``xsize`` bytes, output ``osize``) goes by strips (module doc)."""
+    ``xsize`` bytes, output ``osize``) goes by strips (module doc): outputs
+    that stream from rows on a common line offset (streaming stores), or
+    of at most :data:`ORDINARY_MAX_BYTES` (ordinary ones)."""
     n = g[2]
+    size = g[0] * g[1] * n * g[3] * osize
+    stores = (streams_items(g, osize) and rows_on_lines(g, osize)) or size <= ORDINARY_MAX_BYTES
     return (accurate and xsize == 4 and osize == 4 and g[8] == 1 and g[13] == 1
-            and n <= STRIP_ROWS and g[3] >= 4 * W
+            and n <= STRIP_ROWS and g[3] >= 4 * W and stores
             and rows_per_set(n, g[7] * xsize) <= MAX_ROWS_PER_SET and not on_amd())
 
 
