@@ -26,13 +26,14 @@ does; all--inf columns get a sum of 0 (NaN if they hold a NaN) as in
 
 When (:func:`takes_strips`): float32 in and out on the accurate path, unit
 column strides, up to :data:`STRIP_ROWS` rows, at least ``4 W`` columns,
-and rows whose lines spread over L1's sets (:func:`rows_per_set`), on
-Intel (measured there only). On the Intel Xeon (LLVM rocketlake), numpy
-``out=``, same bits: 64x64x56x56 axis 1 4.25 -> 3.53-3.75 ms (45 -> 55%
-of a same-run copy), 64x128x56x56 1.31x, 256x128x28x28 1.42x,
-64x32x112x112 1.14x; 64x64x112x112, whose rows share four L1 sets (16 rows
-a set), 0.82x: left to the tiles (``docs/performance.md``, the
-seventeenth session).
+rows whose lines spread over L1's sets (:func:`rows_per_set`), and an
+output that streams or is at most :data:`ORDINARY_MAX_BYTES`; on Intel
+(measured there only). In-process A/B against the tiles (Intel Xeon, LLVM
+rocketlake, numpy ``out=``, same bits): 64x64x56x56 axis 1 1.22-1.35x
+(4.2 -> 3.2-3.3 ms), 64x128x56x56 1.39x, 256x128x28x28 1.49x, 64x16x56x56
+1.20-1.41x; 64x64x112x112, whose rows share four L1 sets (16 rows a set),
+0.82x: left to the tiles (``docs/performance.md``, the seventeenth
+session).
 """
 
 from __future__ import annotations
