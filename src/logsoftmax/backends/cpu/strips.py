@@ -67,7 +67,18 @@ from .columns import LANE_MAJOR_ROWS, _col_nan, _lane_tree, _tile_geom
 from .rows import streams, streams_items
 from .segment import LANES64, forward_vec, stream_head, vmax_x86
 
-__all__ = ["STRIP_ROWS", "SCRATCH", "strip_plan", "rows_on_lines", "rows_per_set", "takes_strips", "forward_strips", "forward_strips_parallel"]
+__all__ = [
+    "STRIP_ROWS",
+    "MAX_ROWS_PER_SET",
+    "ORDINARY_MAX_BYTES",
+    "SCRATCH",
+    "rows_per_set",
+    "rows_on_lines",
+    "takes_strips",
+    "strip_plan",
+    "forward_strips",
+    "forward_strips_parallel",
+]
 
 #: the longest columns taken here (those the tiles sum lane-major):
 #: 64x256x28x28 measured 1.42x
@@ -123,7 +134,7 @@ def takes_strips(g, xsize, osize, accurate):
 
 @njit(forceinline=True, error_model="numpy")
 def _strip(g, s, per, h):
-    """``(x base, out base, first column, columns)`` of strip ``s`` (``per``
+    """``(x base, out base, columns)`` of strip ``s`` (``per``
     strips a plane; the first ``h`` columns of a plane are a strip of their
     own, so that the others start on a line of the output)."""
     o = s // per
@@ -253,7 +264,7 @@ def strip_plan(ob, g):
 @njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 def forward_strips_parallel(xb, ob, g, op, ntask):
     """:func:`forward_strips` over every strip, ``ntask`` ranges in parallel
-    (``ntask = 1``: on the calling thread's share, serially)."""
+    (the plan calls :func:`forward_strips` itself for a serial call)."""
     strips, h, stream = strip_plan(ob, g)
     for t in prange(ntask):
         acc = np.empty(SCRATCH)
