@@ -53,7 +53,7 @@ def _line_out(shape, head):
     return raw[off : off + size].reshape(shape)
 
 
-@pytest.mark.parametrize("n", [2, 5, 16, 17, 64, 100, 256])
+@pytest.mark.parametrize("n", [2, 5, 16, 17, 64, 100, 256, 384, 512])
 @pytest.mark.parametrize("ni", [64, 83, 160])
 def test_strips_give_the_row_kernels_bits(n, ni):
     """Every split of the strips in two (as two threads take them, a plane
@@ -102,24 +102,23 @@ def test_strip_plan_moves_strips_onto_lines():
 
 
 def test_which_columns_take_strips():
-    """The rule (module doc): float32 accurate forwards of up to 256 rows
-    whose rows spread over L1's sets, on Intel."""
-    assert strips.rows_per_set(64, 56 * 56 * 4) == 4  # 12544 bytes: 16 sets
-    assert strips.rows_per_set(64, 112 * 112 * 4) == 16  # 50176 bytes: 4 sets
-    assert strips.rows_per_set(64, 4096) == 64
-    assert strips.rows_per_set(256, 28 * 28 * 4) == 4
+    """The rule (module doc): float32 accurate forwards of up to 512 rows
+    spanning at most 2 MiB, streamed or small enough, on Intel."""
 
     def takes(shape, itemsize=4, accurate=True):
         st = tuple(int(np.prod(shape[i + 1 :])) * itemsize for i in range(len(shape)))
         g = layout(shape, [st, st], [itemsize, itemsize], 1).g
         return bool(strips.takes_strips(g, itemsize, itemsize, np.bool_(accurate)))
 
-    assert takes((64, 64, 56, 56)) == INTEL  # nchw56
+    assert takes((64, 64, 56, 56)) == INTEL  # nchw56: 64 rows span 0.8 MB
     assert takes((64, 128, 56, 56)) == INTEL
-    assert not takes((64, 64, 112, 112))  # 16 rows a set: the tiles
+    assert takes((64, 32, 112, 112)) == INTEL  # 1.6 MB
+    assert not takes((64, 64, 112, 112))  # p00: 3.2 MB, the tiles
+    assert takes((128, 384, 384)) == INTEL  # 384 rows, streamed
     assert takes((8, 64, 56, 56)) == INTEL  # 6.4 MB out: ordinary stores
+    assert not takes((12, 300, 30, 30))  # ordinary stores, over 256 rows
     assert not takes((32, 64, 56, 56))  # 25.7 MB: neither streamed nor under 16 MiB
-    assert not takes((64, 512, 28, 28))  # over 256 rows
+    assert not takes((64, 1024, 8, 8))  # over 512 rows
     assert not takes((64, 64, 56, 56), 2, False)  # the 16-bit fast path
     assert not takes((4096, 64, 7, 7))  # planes of 49 columns
 

@@ -25,15 +25,16 @@ does; all--inf columns get a sum of 0 (NaN if they hold a NaN) as in
 :func:`.columns._column_fixups`; pass 2 is :func:`.segment.forward_vec`.
 
 When (:func:`takes_strips`): float32 in and out on the accurate path, unit
-column strides, up to :data:`STRIP_ROWS` rows, at least ``4 W`` columns,
-rows whose lines spread over L1's sets (:func:`rows_per_set`), and an
-output that streams or is at most :data:`ORDINARY_MAX_BYTES`; on Intel
-(measured there only). In-process A/B against the tiles (Intel Xeon, LLVM
-rocketlake, numpy ``out=``, same bits): 64x64x56x56 axis 1 1.22-1.35x
-(4.2 -> 3.2-3.3 ms), 64x128x56x56 1.39x, 256x128x28x28 1.49x, 64x16x56x56
-1.20-1.41x; 64x64x112x112, whose rows share four L1 sets (16 rows a set),
-0.82x: left to the tiles (``docs/performance.md``, the seventeenth
-session).
+column strides, up to :data:`STRIP_ROWS` rows spanning at most
+:data:`SPAN_MAX_BYTES`, at least ``4 W`` columns, and an output that
+streams, or one of at most :data:`ORDINARY_MAX_BYTES` with up to
+:data:`ORDINARY_ROWS` rows; on Intel (measured there only). In-process
+A/B against the tiles (Intel Xeon, LLVM rocketlake, numpy ``out=``, same
+bits): 64x64x56x56 axis 1 1.22-1.35x (4.2 -> 3.2-3.3 ms), 64x128x56x56
+1.39x, 256x128x28x28 1.49x, 128x384x384 1.52-1.60x, 32x512x28x28
+1.52-1.55x, 64x16x56x56 1.20-1.41x; 64x64x112x112, whose 64 rows span
+3.2 MB, 0.75-0.82x: left to the tiles (``docs/performance.md``, the
+seventeenth session).
 """
 
 from __future__ import annotations
@@ -63,16 +64,16 @@ from ._vec import (
     vstore_n,
     vstore_nt,
 )
-from .columns import LANE_MAJOR_ROWS, _col_nan, _lane_tree, _tile_geom
+from .columns import _col_nan, _lane_tree, _tile_geom
 from .rows import streams, streams_items
-from .segment import LANES64, forward_vec, stream_head, vmax_x86
+from .segment import CHUNK, LANES64, forward_vec, stream_head, vmax_x86
 
 __all__ = [
     "STRIP_ROWS",
-    "MAX_ROWS_PER_SET",
+    "SPAN_MAX_BYTES",
+    "ORDINARY_ROWS",
     "ORDINARY_MAX_BYTES",
     "SCRATCH",
-    "rows_per_set",
     "rows_on_lines",
     "takes_strips",
     "strip_plan",
@@ -80,13 +81,23 @@ __all__ = [
     "forward_strips_parallel",
 ]
 
-#: the longest columns taken here (those the tiles sum lane-major):
-#: 64x256x28x28 measured 1.42x
-STRIP_ROWS = LANE_MAJOR_ROWS
-#: the most rows of one strip that may share an L1 set (of 12 ways here):
-#: 8 (64x32x112x112, 64x128x56x56) gained 1.14-1.31x; 16 (64x64x112x112)
-#: lost, 0.82x
-MAX_ROWS_PER_SET = 8
+#: the longest columns taken here (one chunk, .segment.CHUNK, at most: the
+#: strips do not merge chunks as the tiles do): 64x1000x8x8 gained 1.23x,
+#: but 16x1000x16x16 0.91x and 8x2000x8x16 1.00x
+STRIP_ROWS = 512
+#: the most bytes a strip's rows may span (``n`` rows times their stride):
+#: measured here (L2 2 MiB a core), in-process A/B against the tiles,
+#: numpy out=, same bits: up to 1.6 MB 1.06-1.52x (64x64x56x56 0.8 MB,
+#: 128x384x384 axis 1 0.6 MB, 32x512x28x28 1.6 MB, 64x32x112x112 1.6 MB),
+#: from 3.2 MB on 0.75-0.93x (64x64x112x112 3.2 MB, 16x128x112x112 6.4 MB,
+#: 32x64x224x224 12.8 MB); 1000x65536 axis 0 (256 MB) 0.57x
+SPAN_MAX_BYTES = 1 << 21
+#: the longest columns whose strips write by ordinary stores: of 300-512
+#: rows, 32x512x14x14 and 24x400x20x20 gained (1.11-1.18x), 12x300x30x30 and
+#: 16x512x16x16 lost (0.91-0.93x, twice), where streamed ones of 320-512
+#: rows gained 1.22-1.60x (128x384x384 axis 1, 64x384x24x24, 32x512x28x28,
+#: 32x320x32x32)
+ORDINARY_ROWS = 256
 #: the largest output that the strips write by ordinary stores (outputs of
 #: STREAM_BYTES or more stream; those between keep the tiles): in-process
 #: A/B against the tiles, numpy out=, same bits: 6.4-12.8 MB 1.01-1.41x
@@ -99,15 +110,6 @@ SCRATCH = LANES64 * W
 _NINF = np.float32(-np.inf)
 _ZERO = np.float32(0.0)
 _LSM = Op.LOG_SOFTMAX
-
-
-@njit(cache=True)
-def rows_per_set(n, sn_bytes):
-    """How many of ``n`` rows ``sn_bytes`` apart fall into one set of a
-    64-set L1 (lines of 64 bytes: the set is bits 6-11 of the address, so
-    the rows repeat their sets every ``4096 / gcd(sn_bytes, 4096)`` rows)."""
-    period = 4096 // math.gcd(sn_bytes, 4096)
-    return -(-n // min(period, 64))
 
 
 @njit(cache=True)
@@ -126,10 +128,11 @@ def takes_strips(g, xsize, osize, accurate):
     of at most :data:`ORDINARY_MAX_BYTES` (ordinary ones)."""
     n = g[2]
     size = g[0] * g[1] * n * g[3] * osize
-    stores = (streams_items(g, osize) and rows_on_lines(g, osize)) or size <= ORDINARY_MAX_BYTES
+    stores = (streams_items(g, osize) and rows_on_lines(g, osize)) or (
+        size <= ORDINARY_MAX_BYTES and n <= ORDINARY_ROWS)
     return (accurate and xsize == 4 and osize == 4 and g[8] == 1 and g[13] == 1
-            and n <= STRIP_ROWS and g[3] >= 4 * W and stores
-            and rows_per_set(n, g[7] * xsize) <= MAX_ROWS_PER_SET and not on_amd())
+            and n <= STRIP_ROWS and n * g[7] * xsize <= SPAN_MAX_BYTES and g[3] >= 4 * W
+            and stores and not on_amd())
 
 
 @njit(forceinline=True, error_model="numpy")
