@@ -24,6 +24,14 @@ def bits(a) -> np.ndarray:
     return np.ascontiguousarray(a).view(np.uint32)
 
 
+def _same(a, b):
+    """The same bits, except that a NaN may have either sign: which NaN an
+    operation passes on depends on its operands' order in the instruction
+    the compiler picked (the tiles and the rows already differ so)."""
+    nan = np.isnan(a)
+    return np.array_equal(nan, np.isnan(b)) and np.array_equal(bits(a)[~nan], bits(b)[~nan])
+
+
 def _rows_reference(name, x):
     """The row kernel on the same values: axis 1 moved last, contiguous."""
     moved = np.ascontiguousarray(np.moveaxis(x, 1, -1))
@@ -156,3 +164,67 @@ def test_the_front_door_takes_strips(monkeypatch):
             finally:
                 numba.set_num_threads(threads)
         assert bool(calls) == INTEL, shape
+
+
+@pytest.mark.parametrize("n", [2, 17, 40, 64, 300])
+@pytest.mark.parametrize("ni", [64, 83, 160])
+def test_backward_strips_give_the_tiles_bits(n, ni):
+    """The backward's strips (``strips.backward_strips``): the column
+    tiles' bits (NaN of either sign: :func:`_same`) for every split of the strips in two, ordinary and
+    streaming stores from any line offset, the accurate (up to
+    ``SHORT_BACKWARD`` rows) and the fast path, log_softmax and softmax,
+    with special values in ``diff_dst`` and ``dst``."""
+    from logsoftmax.backends.cpu import segment
+
+    rng = np.random.default_rng(n * 7 + ni)
+    x = (rng.standard_normal((3, n, ni)) * 3).astype(F32)
+    d = rng.standard_normal((3, n, ni)).astype(F32)
+    d[0, 0, 1] = np.nan
+    d[1, :, 2] = np.inf
+    d[2, -1, 3] = 3e38
+    accurate = np.bool_(n <= segment.SHORT_BACKWARD)
+    for name, op in (("log_softmax", Op.LOG_SOFTMAX), ("softmax", Op.SOFTMAX)):
+        y = getattr(CPU, name)(x, 1, None, np.dtype(F32))
+        y[0, :, 4] = -np.inf if name == "log_softmax" else 0.0
+        tiles = np.empty_like(x)
+        g = layout(x.shape, [d.strides, y.strides, tiles.strides], [4, 4, 4], 1).g
+        columns.backward_tiles(d.reshape(-1), y.reshape(-1), tiles.reshape(-1), g, op, accurate, 1024, 0, -1)
+        for head in (0, 4, 12):
+            o = _line_out(x.shape, head)
+            g = layout(x.shape, [d.strides, y.strides, o.strides], [4, 4, 4], 1).g
+            for stream in sorted({False, ni % 16 == 0}):
+                h = (16 - head) % 16 if stream else 0
+                per = (1 if h else 0) + -(-(ni - h) // 16)
+                total = 3 * per
+                for cut in sorted({0, 1, per // 2, per + 1, total - 1, total}):
+                    o[...] = np.nan
+                    acc = np.empty(2 * strips.SCRATCH)
+                    args = (d.reshape(-1), y.reshape(-1), o.reshape(-1), g, op, accurate)
+                    strips.backward_strips(*args, 0, cut, h, stream, acc)
+                    strips.backward_strips(*args, cut, total, h, stream, acc)
+                    assert _same(o, tiles), (name, head, stream, cut)
+
+
+def test_the_backward_front_door_takes_strips(monkeypatch):
+    """nchw56's backward through the public call (on Intel: the strips,
+    counted): ``out=`` 16 bytes past a line and allocating, on 2 threads;
+    the row kernel's bits on the same values; a small output (6.4 MB, not
+    streamed) keeps the tiles."""
+    calls = []
+    par = strips.backward_strips_parallel
+    monkeypatch.setattr(strips, "backward_strips_parallel", lambda *a: (calls.append("p"), par(*a))[1])
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((64, 64, 56, 56)) * 3).astype(F32)
+    d = rng.standard_normal(x.shape).astype(F32)
+    y = CPU.log_softmax(x, 1, None, np.dtype(F32))
+    moved = [np.ascontiguousarray(np.moveaxis(a, 1, -1)) for a in (d, y)]
+    ref = bits(np.moveaxis(CPU.log_softmax_backward(*moved, 3, None, np.dtype(F32)), -1, 1))
+    assert np.array_equal(bits(CPU.log_softmax_backward(d, y, 1, None, np.dtype(F32))), ref)
+    o = _line_out(x.shape, 4)
+    CPU.log_softmax_backward(d, y, 1, o, np.dtype(F32))
+    assert np.array_equal(bits(o), ref)
+    assert bool(calls) == (INTEL and numba.get_num_threads() > 1)
+    calls.clear()
+    small = np.zeros((8, 64, 56, 56), F32)
+    CPU.log_softmax_backward(small, small, 1, None, np.dtype(F32))
+    assert not calls

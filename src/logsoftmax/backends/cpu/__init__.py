@@ -475,7 +475,18 @@ class CpuBackend(Backend):
         accurate = dtype == _F32 and n <= segment.SHORT_BACKWARD
         size = diff_dst.size
 
-        if lay.inner:
+        if (lay.inner and diff_dst.itemsize == 4 and dst.itemsize == 4
+                and _strips().takes_backward_strips(lay.g, dtype.itemsize)):
+            strips = _strips()
+            J = columns.tile_width_for(n, ni, True, _threads(), n1 * n2)  # small calls: the tiles
+
+            def kernel(db, yb, ob, g):
+                if _serial(size):
+                    columns.backward_tiles(db, yb, ob, g, op, accurate, J, 0, -1)
+                else:
+                    strips.backward_strips_parallel(db, yb, ob, g, op, accurate, _threads())
+
+        elif lay.inner:
             J = columns.tile_width_for(n, ni, True, _threads(), n1 * n2)
             tiles = n1 * n2 * -(-ni // J)
 

@@ -24,6 +24,11 @@ into lane ``k % LANES64`` from 0, the lanes added by
 does; all--inf columns get a sum of 0 (NaN if they hold a NaN) as in
 :func:`.columns._column_fixups`; pass 2 is :func:`.segment.forward_vec`.
 
+The backward (:func:`backward_strips`, :func:`takes_backward_strips`) has
+two passes: one loop takes strip ``c + 1``'s sums of ``diff_dst`` and
+strip ``c``'s pass 2, with the tiles' bits (a NaN may come out with the
+other sign: which NaN an ``fma`` passes on depends on its operand order).
+
 When (:func:`takes_strips`): float32 in and out on the accurate path, unit
 column strides, up to :data:`STRIP_ROWS` rows spanning at most
 :data:`SPAN_MAX_BYTES`, at least ``4 W`` columns, and an output that
@@ -50,6 +55,7 @@ from ._simd import wide_vectors
 from ._vec import (
     W,
     hi_f64,
+    join_f32,
     lane,
     lo_f64,
     on_amd,
@@ -64,9 +70,9 @@ from ._vec import (
     vstore_n,
     vstore_nt,
 )
-from .columns import _col_nan, _lane_tree, _tile_geom
+from .columns import _col_nan, _grad_vec, _lane_tree, _tile_geom
 from .rows import streams, streams_items
-from .segment import CHUNK, LANES64, forward_vec, stream_head, vmax_x86
+from .segment import CHUNK, GRAD_LANES, LANES64, forward_vec, stream_head, vmax_x86
 
 __all__ = [
     "STRIP_ROWS",
@@ -113,11 +119,13 @@ _LSM = Op.LOG_SOFTMAX
 
 
 @njit(cache=True)
-def rows_on_lines(g, itemsize):
-    """Whether every row of every plane of operand 1 (the output, items of
-    ``itemsize`` bytes) starts at the same offset in a 64-byte line."""
+def rows_on_lines(g, itemsize, op=1):
+    """Whether every row of every plane of operand ``op`` (the output: 1
+    forward, 2 backward; items of ``itemsize`` bytes) starts at the same
+    offset in a 64-byte line."""
     L = 64 // itemsize
-    return g[12] % L == 0 and (g[0] == 1 or g[10] % L == 0) and (g[1] == 1 or g[11] % L == 0)
+    b = 4 + 5 * op
+    return g[b + 3] % L == 0 and (g[0] == 1 or g[b + 1] % L == 0) and (g[1] == 1 or g[b + 2] % L == 0)
 
 
 @njit(cache=True)
@@ -135,21 +143,53 @@ def takes_strips(g, xsize, osize, accurate):
             and stores and not on_amd())
 
 
+@njit(cache=True)
+def takes_backward_strips(g, itemsize):
+    """Whether a backward on the column geometry ``g`` (every operand of
+    ``itemsize`` bytes) goes by strips: :func:`takes_strips`' rule for both
+    inputs, streamed outputs only. In-process A/B against the tiles (numpy
+    ``out=``, same bits): streamed, 64x64x56x56 1.34-1.38x, 64x128x56x56
+    1.43-1.59x, 256x128x28x28 1.55-1.57x, 64x32x112x112 1.12x,
+    128x384x384 axis 1 1.00-1.01x; by ordinary stores, 64x16x56x56
+    1.14-1.26x but 128x64x14x14 0.85x and 32x40x56x56 0.94x."""
+    n = g[2]
+    return (itemsize == 4 and g[8] == 1 and g[13] == 1 and g[18] == 1
+            and n <= STRIP_ROWS and n * max(g[7], g[12]) * itemsize <= SPAN_MAX_BYTES
+            and g[3] >= 4 * W and streams_items(g, itemsize) and rows_on_lines(g, itemsize, 2)
+            and not on_amd())
+
+
 @njit(forceinline=True, error_model="numpy")
-def _strip(g, s, per, h):
-    """``(x base, out base, columns)`` of strip ``s`` (``per``
-    strips a plane; the first ``h`` columns of a plane are a strip of their
-    own, so that the others start on a line of the output)."""
+def _strip_cols(g, s, per, h):
+    """``(plane, first column, columns)`` of strip ``s`` (``per`` strips a
+    plane; the first ``h`` columns of a plane are a strip of their own, so
+    that the others start on a line of the output)."""
     o = s // per
     r = s - o * per
     if h > 0:
         j = 0 if r == 0 else h + (r - 1) * W
     else:
         j = r * W
-    w = h if h > 0 and r == 0 else min(W, g[3] - j)
+    return o, j, (h if h > 0 and r == 0 else min(W, g[3] - j))
+
+
+@njit(forceinline=True, error_model="numpy")
+def _strip(g, s, per, h):
+    """``(x base, out base, columns)`` of strip ``s`` of a forward."""
+    o, j, w = _strip_cols(g, s, per, h)
     xbase, _xsn, _xsi = _tile_geom(g, 0, o, j)
     obase, _osn, _osi = _tile_geom(g, 1, o, j)
     return xbase, obase, w
+
+
+@njit(forceinline=True, error_model="numpy")
+def _strip3(g, s, per, h):
+    """``(diff_dst base, dst base, out base, columns)`` of strip ``s`` of a backward."""
+    o, j, w = _strip_cols(g, s, per, h)
+    dbase, _dsn, _dsi = _tile_geom(g, 0, o, j)
+    ybase, _ysn, _ysi = _tile_geom(g, 1, o, j)
+    obase, _osn, _osi = _tile_geom(g, 2, o, j)
+    return dbase, ybase, obase, w
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -272,3 +312,99 @@ def forward_strips_parallel(xb, ob, g, op, ntask):
     for t in prange(ntask):
         acc = np.empty(SCRATCH)
         forward_strips(xb, ob, g, op, t * strips // ntask, (t + 1) * strips // ntask, h, stream, acc)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def backward_strips(db, yb, ob, g, op, accurate, s0, s1, h, stream, acc):
+    """Backward on strips ``[s0, s1)``: one loop over the rows takes strip
+    ``c + 1``'s sums of ``diff_dst`` (or ``diff_dst * dst``) in the tiles'
+    lanes (:func:`.columns._tile_grad_sum`) and strip ``c``'s pass 2
+    (:func:`.columns._grad_vec`), strip ``c + 2``'s rows asked into L2."""
+    wide_vectors()
+    n = g[2]
+    dsn = g[7]
+    ysn = g[12]
+    osn = g[17]
+    per = (1 if h > 0 else 0) + (g[3] - h + W - 1) // W
+    used = min(n, GRAD_LANES)
+    zero = splat(0.0)
+    sl = sh = zero  # strip c's sums, float64 halves, and float32
+    sa = splat(_ZERO)
+    pdc = pyc = qc = wc = 0
+    for c in range(s0 - 1, s1):
+        pdb = pyb = qb = wb = 0
+        if c + 1 < s1:
+            pdb, pyb, qb, wb = _strip3(g, c + 1, per, h)
+        pdp = pyp = qp = 0
+        ahead = c + 2 < s1
+        if ahead:
+            pdp, pyp, qp, _wp = _strip3(g, c + 2, per, h)
+        r = 0
+        if wb == W and wc == W and ahead and c >= s0:
+            for lane_ in range(used):
+                lo = zero
+                hi = zero
+                for k in range(lane_, n, GRAD_LANES):
+                    prefetch_l2(db, pdp + r * dsn)
+                    prefetch_l2(yb, pyp + r * ysn)
+                    d = vload(db, pdb + k * dsn)
+                    if op == _LSM:
+                        lo = lo + lo_f64(d)
+                        hi = hi + hi_f64(d)
+                    else:
+                        y = vload(yb, pyb + k * ysn)
+                        lo = lo + lo_f64(d) * lo_f64(y)
+                        hi = hi + hi_f64(d) * hi_f64(y)
+                    v = _grad_vec(vload(db, pdc + r * dsn), vload(yb, pyc + r * ysn), sl, sh, sa, op, accurate)
+                    if stream:
+                        vstore_nt(ob, qc + r * osn, v)
+                    else:
+                        prefetch_w(ob, qp + r * osn)
+                        vstore(ob, qc + r * osn, v)
+                    r += 1
+                vstore(acc, lane_ * W, lo)
+                vstore(acc, lane_ * W + W // 2, hi)
+        else:
+            for lane_ in range(used):
+                lo = zero
+                hi = zero
+                for k in range(lane_, n, GRAD_LANES):
+                    if wb > 0:
+                        d = vload_n(db, pdb + k * dsn, wb, _ZERO)
+                        if op == _LSM:
+                            lo = lo + lo_f64(d)
+                            hi = hi + hi_f64(d)
+                        else:
+                            y = vload_n(yb, pyb + k * ysn, wb, _ZERO)
+                            lo = lo + lo_f64(d) * lo_f64(y)
+                            hi = hi + hi_f64(d) * hi_f64(y)
+                    if wc > 0 and c >= s0:
+                        v = _grad_vec(vload_n(db, pdc + k * dsn, wc, _ZERO), vload_n(yb, pyc + k * ysn, wc, _ZERO),
+                                      sl, sh, sa, op, accurate)
+                        if stream and wc == W:
+                            vstore_nt(ob, qc + k * osn, v)
+                        else:
+                            vstore_n(ob, qc + k * osn, v, wc)
+                vstore(acc, lane_ * W, lo)
+                vstore(acc, lane_ * W + W // 2, hi)
+        if wb > 0:
+            _lane_tree(acc, used, 2, W // 2, W, GRAD_LANES)
+            sl = vload(acc, 0)
+            sh = vload(acc, W // 2)
+            sa = join_f32(sl, sh)
+        pdc, pyc, qc, wc = pdb, pyb, qb, wb
+    if stream:
+        sfence()
+
+
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+def backward_strips_parallel(db, yb, ob, g, op, accurate, ntask):
+    """:func:`backward_strips` over every strip, ``ntask`` ranges in parallel."""
+    head = stream_head(ob, g[14])
+    stream = streams(ob, g) and head >= 0 and rows_on_lines(g, ob.itemsize, 2)
+    h = min(head, g[3]) if stream else 0
+    per = (1 if h > 0 else 0) + (g[3] - h + W - 1) // W
+    strips = g[0] * g[1] * per
+    for t in prange(ntask):
+        acc = np.empty(GRAD_LANES * W)
+        backward_strips(db, yb, ob, g, op, accurate, t * strips // ntask, (t + 1) * strips // ntask, h, stream, acc)
