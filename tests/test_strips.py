@@ -101,12 +101,12 @@ def test_strip_plan_moves_strips_onto_lines():
     x = np.zeros((128, 64, 64, 64), F32)  # 128 MiB out: streamed
     o = _line_out(x.shape, 4)
     g = layout(x.shape, [x.strides, o.strides], [4, 4], 1).g
-    count, h, stream = strips.strip_plan(o.reshape(-1), g)
+    count, h, stream = strips.strip_plan(o.reshape(-1), g, 1)
     assert stream and h == 12 and count == 128 * (1 + -(-(4096 - 12) // 16))
-    assert strips.rows_on_lines(g, 4)
+    assert columns.rows_on_lines(g, 1, 4)
     padded = np.empty((128, 64, 4100), F32)[:, :, 2:4098]
     g2 = layout((128, 64, 4096), [(64 * 4096 * 4, 4096 * 4, 4), padded.strides], [4, 4], 1).g
-    assert not strips.rows_on_lines(g2, 4)
+    assert not columns.rows_on_lines(g2, 1, 4)
 
 
 def test_which_columns_take_strips():
@@ -207,24 +207,39 @@ def test_backward_strips_give_the_tiles_bits(n, ni):
 
 def test_the_backward_front_door_takes_strips(monkeypatch):
     """nchw56's backward through the public call (on Intel: the strips,
-    counted): ``out=`` 16 bytes past a line and allocating, on 2 threads;
-    the row kernel's bits on the same values; a small output (6.4 MB, not
-    streamed) keeps the tiles."""
+    counted): ``out=`` 16 bytes past a line and allocating, on 1 and 2
+    threads; the row kernel's bits on the same values; a small output (6.4
+    MB, not streamed) keeps the tiles."""
+    small = np.zeros((8, 64, 56, 56), F32)
+    big = np.zeros((64, 64, 56, 56), F32)
+    threads = numba.get_num_threads()
+    # both kernels compiled before the wrappers replace the module's globals
+    # (backward_strips_parallel would otherwise compile against a lambda)
+    CPU.log_softmax_backward(big, big, 1, None, np.dtype(F32))
+    acc = np.empty(2 * strips.SCRATCH)
+    g = layout(big.shape, [big.strides] * 3, [4, 4, 4], 1).g
+    strips.backward_strips(*(big.reshape(-1),) * 3, g, Op.LOG_SOFTMAX, np.bool_(False), 0, 0, 0, False, acc)
     calls = []
-    par = strips.backward_strips_parallel
+    par, ser = strips.backward_strips_parallel, strips.backward_strips
     monkeypatch.setattr(strips, "backward_strips_parallel", lambda *a: (calls.append("p"), par(*a))[1])
+    monkeypatch.setattr(strips, "backward_strips", lambda *a: (calls.append("s"), ser(*a))[1])
     rng = np.random.default_rng(9)
     x = (rng.standard_normal((64, 64, 56, 56)) * 3).astype(F32)
     d = rng.standard_normal(x.shape).astype(F32)
     y = CPU.log_softmax(x, 1, None, np.dtype(F32))
     moved = [np.ascontiguousarray(np.moveaxis(a, 1, -1)) for a in (d, y)]
     ref = bits(np.moveaxis(CPU.log_softmax_backward(*moved, 3, None, np.dtype(F32)), -1, 1))
-    assert np.array_equal(bits(CPU.log_softmax_backward(d, y, 1, None, np.dtype(F32))), ref)
-    o = _line_out(x.shape, 4)
-    CPU.log_softmax_backward(d, y, 1, o, np.dtype(F32))
-    assert np.array_equal(bits(o), ref)
-    assert bool(calls) == (INTEL and numba.get_num_threads() > 1)
+    for t in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
+        numba.set_num_threads(t)
+        try:
+            calls.clear()
+            assert np.array_equal(bits(CPU.log_softmax_backward(d, y, 1, None, np.dtype(F32))), ref)
+            o = _line_out(x.shape, 4)
+            CPU.log_softmax_backward(d, y, 1, o, np.dtype(F32))
+            assert np.array_equal(bits(o), ref)
+            assert bool(calls) == INTEL, t
+        finally:
+            numba.set_num_threads(threads)
     calls.clear()
-    small = np.zeros((8, 64, 56, 56), F32)
     CPU.log_softmax_backward(small, small, 1, None, np.dtype(F32))
     assert not calls

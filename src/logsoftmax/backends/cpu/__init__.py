@@ -14,7 +14,8 @@ is defined once, per row, in :mod:`.segment`; the kernels that follow it:
                     ``axis=1``): vectors across tiles of up to 1024-4096
                     columns (a tile of rows 4 KiB apart staged densely)
 :mod:`.strips`      short float32 columns 16 at a time, three strips'
-                    passes in one loop (the forward, where it pays)
+                    passes in one loop (forward; the backward's two),
+                    where it measured faster than the tiles
 :mod:`.split`       few long rows: chunks spread over threads; the per-block
                     statistics the dask backend merges
 :mod:`.float64`     float64 inputs (and results): double-double sums and logs
@@ -356,24 +357,24 @@ class CpuBackend(Backend):
         accurate = dtype == _F32 and n <= segment.SHORT
         size = x.size
 
-        if lay.inner and _strips().takes_strips(lay.g, x.itemsize, dtype.itemsize, accurate):
-            strips = _strips()
-            # small contiguous calls take the tiles' serial kernel (same bits)
+        strips = _strips()
+        if lay.inner:
+            # (also the serial kernel of small contiguous calls: same bits)
             staged = columns.stages(lay.g, x.itemsize, dtype.itemsize)
-            J = columns.tile_width_for(n, ni, False, _threads(), staged=staged)
+            fast16 = x.itemsize == 2 and not accurate
+            J = columns.tile_width_for(n, ni, False, _threads(), staged=staged, fast16=fast16)
+            tiles = n1 * n2 * -(-ni // J)
+
+        if lay.inner and strips.takes_strips(lay.g, x.itemsize, dtype.itemsize, accurate):
 
             def kernel(xb, ob, g):
                 if _serial(size):
-                    count, h, stream = strips.strip_plan(ob, g)
+                    count, h, stream = strips.strip_plan(ob, g, 1)
                     strips.forward_strips(xb, ob, g, op, 0, count, h, stream, np.empty(strips.SCRATCH))
                 else:
                     strips.forward_strips_parallel(xb, ob, g, op, _threads())
 
         elif lay.inner:
-            staged = columns.stages(lay.g, x.itemsize, dtype.itemsize)
-            fast16 = x.itemsize == 2 and not accurate
-            J = columns.tile_width_for(n, ni, False, _threads(), staged=staged, fast16=fast16)
-            tiles = n1 * n2 * -(-ni // J)
 
             def kernel(xb, ob, g):
                 if _serial(size):
@@ -475,20 +476,23 @@ class CpuBackend(Backend):
         accurate = dtype == _F32 and n <= segment.SHORT_BACKWARD
         size = diff_dst.size
 
-        if (lay.inner and diff_dst.itemsize == 4 and dst.itemsize == 4
-                and _strips().takes_backward_strips(lay.g, dtype.itemsize)):
-            strips = _strips()
-            J = columns.tile_width_for(n, ni, True, _threads(), n1 * n2)  # small calls: the tiles
+        strips = _strips()
+        if lay.inner:
+            # (also the serial kernel of small contiguous calls: same bits)
+            J = columns.tile_width_for(n, ni, True, _threads(), n1 * n2)
+            tiles = n1 * n2 * -(-ni // J)
+
+        if lay.inner and strips.takes_backward_strips(lay.g, diff_dst.itemsize, dst.itemsize, dtype.itemsize):
 
             def kernel(db, yb, ob, g):
                 if _serial(size):
-                    columns.backward_tiles(db, yb, ob, g, op, accurate, J, 0, -1)
+                    count, h, stream = strips.strip_plan(ob, g, 2)
+                    strips.backward_strips(db, yb, ob, g, op, accurate, 0, count, h, stream,
+                                           np.empty(2 * strips.SCRATCH))
                 else:
                     strips.backward_strips_parallel(db, yb, ob, g, op, accurate, _threads())
 
         elif lay.inner:
-            J = columns.tile_width_for(n, ni, True, _threads(), n1 * n2)
-            tiles = n1 * n2 * -(-ni // J)
 
             def kernel(db, yb, ob, g):
                 if _serial(size):

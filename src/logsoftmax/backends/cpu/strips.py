@@ -11,9 +11,11 @@ takes three strips at once::
         sums of strip c + 1   (row k from L1: the max just loaded it)
         pass 2 on strip c     (row k from L1; a streaming store)
 
-so each strip's statistics live in registers, its rows in L1 between its
-passes, and the loads from memory, the ``exp`` arithmetic and the stores
-overlap in one loop instead of taking turns. It is the order of work that
+so each strip's statistics live in registers, its rows (where three
+strips' rows fit) in L1 between its passes, and the loads from memory,
+the ``exp`` arithmetic and the stores overlap in one loop instead of
+taking turns (the design; there are no cache counters here to show where
+the rows are). It is the order of work that
 ``benchmarks/strided_limits.py``'s floor kernels time on a contiguous
 stream, with the problem's own strides.
 
@@ -70,7 +72,7 @@ from ._vec import (
     vstore_n,
     vstore_nt,
 )
-from .columns import _col_nan, _grad_vec, _lane_tree, _tile_geom
+from .columns import _col_nan, _grad_vec, _lane_tree, _tile_geom, rows_on_lines
 from .rows import streams, streams_items
 from .segment import CHUNK, GRAD_LANES, LANES64, forward_vec, stream_head, vmax_x86
 
@@ -80,11 +82,13 @@ __all__ = [
     "ORDINARY_ROWS",
     "ORDINARY_MAX_BYTES",
     "SCRATCH",
-    "rows_on_lines",
     "takes_strips",
+    "takes_backward_strips",
     "strip_plan",
     "forward_strips",
     "forward_strips_parallel",
+    "backward_strips",
+    "backward_strips_parallel",
 ]
 
 #: the longest columns taken here (one chunk, .segment.CHUNK, at most: the
@@ -96,11 +100,12 @@ STRIP_ROWS = 512
 #: numpy out=, same bits: up to 1.6 MB 1.06-1.52x (64x64x56x56 0.8 MB,
 #: 128x384x384 axis 1 0.6 MB, 32x512x28x28 1.6 MB, 64x32x112x112 1.6 MB),
 #: from 3.2 MB on 0.75-0.93x (64x64x112x112 3.2 MB, 16x128x112x112 6.4 MB,
-#: 32x64x224x224 12.8 MB); 1000x65536 axis 0 (256 MB) 0.57x
+#: 32x64x224x224 12.8 MB); 1000x65536 axis 0 (256 MB) 0.57x in a scratch
+#: prototype
 SPAN_MAX_BYTES = 1 << 21
 #: the longest columns whose strips write by ordinary stores: of 300-512
-#: rows, 32x512x14x14 and 24x400x20x20 gained (1.11-1.18x), 12x300x30x30 and
-#: 16x512x16x16 lost (0.91-0.93x, twice), where streamed ones of 320-512
+#: rows, 32x512x14x14 and 24x400x20x20 gained (1.11-1.18x), 12x300x30x30
+#: read 1.14x once and 0.91x twice, 16x512x16x16 0.93x; streamed ones of 320-512
 #: rows gained 1.22-1.60x (128x384x384 axis 1, 64x384x24x24, 32x512x28x28,
 #: 32x320x32x32)
 ORDINARY_ROWS = 256
@@ -110,7 +115,8 @@ ORDINARY_ROWS = 256
 #: (128x64x14x14, 64x32x28x28, 64x16x56x56, 32x32x56x56), but 25.7 MB
 #: 0.85-1.10x (64x32x56x56) and 0.93-1.00x (32x64x56x56) over four runs
 ORDINARY_MAX_BYTES = 1 << 24
-#: float64 items of a call's scratch (:func:`forward_strips`' ``acc``)
+#: float64 items of a forward's scratch (:func:`forward_strips`' ``acc``;
+#: the backward's ``2 * SCRATCH``: GRAD_LANES lanes)
 SCRATCH = LANES64 * W
 
 _NINF = np.float32(-np.inf)
@@ -118,45 +124,77 @@ _ZERO = np.float32(0.0)
 _LSM = Op.LOG_SOFTMAX
 
 
-@njit(cache=True)
-def rows_on_lines(g, itemsize, op=1):
-    """Whether every row of every plane of operand ``op`` (the output: 1
-    forward, 2 backward; items of ``itemsize`` bytes) starts at the same
-    offset in a 64-byte line."""
-    L = 64 // itemsize
-    b = 4 + 5 * op
-    return g[b + 3] % L == 0 and (g[0] == 1 or g[b + 1] % L == 0) and (g[1] == 1 or g[b + 2] % L == 0)
+@njit(forceinline=True, error_model="numpy")
+def _fits(g, n, stride_bytes):
+    """The shape part of the rule, forward and backward: up to
+    :data:`STRIP_ROWS` rows spanning at most :data:`SPAN_MAX_BYTES`, unit
+    column strides, at least ``4 W`` columns; on Intel only."""
+    return (n <= STRIP_ROWS and n * stride_bytes <= SPAN_MAX_BYTES and g[3] >= 4 * W
+            and g[8] == 1 and g[13] == 1 and not on_amd())
 
 
 @njit(cache=True)
 def takes_strips(g, xsize, osize, accurate):
     """Whether a forward on the column geometry ``g`` (input items of
-    ``xsize`` bytes, output ``osize``) goes by strips (module doc): outputs
-    that stream from rows on a common line offset (streaming stores), or
-    of at most :data:`ORDINARY_MAX_BYTES` (ordinary ones)."""
+    ``xsize`` bytes, output ``osize``) goes by strips (module doc): float32
+    on the accurate path, outputs that stream from rows on a common line
+    offset (streaming stores), or of at most :data:`ORDINARY_MAX_BYTES`
+    and :data:`ORDINARY_ROWS` rows (ordinary ones)."""
     n = g[2]
     size = g[0] * g[1] * n * g[3] * osize
-    stores = (streams_items(g, osize) and rows_on_lines(g, osize)) or (
+    stores = (streams_items(g, osize) and rows_on_lines(g, 1, osize)) or (
         size <= ORDINARY_MAX_BYTES and n <= ORDINARY_ROWS)
-    return (accurate and xsize == 4 and osize == 4 and g[8] == 1 and g[13] == 1
-            and n <= STRIP_ROWS and n * g[7] * xsize <= SPAN_MAX_BYTES and g[3] >= 4 * W
-            and stores and not on_amd())
+    return accurate and xsize == 4 and osize == 4 and stores and _fits(g, n, g[7] * xsize)
 
 
 @njit(cache=True)
-def takes_backward_strips(g, itemsize):
-    """Whether a backward on the column geometry ``g`` (every operand of
-    ``itemsize`` bytes) goes by strips: :func:`takes_strips`' rule for both
-    inputs, streamed outputs only. In-process A/B against the tiles (numpy
+def takes_backward_strips(g, dsize, ysize, osize):
+    """Whether a backward on the column geometry ``g`` (``diff_dst``,
+    ``dst`` and output items of ``dsize``, ``ysize``, ``osize`` bytes) goes
+    by strips: float32, :func:`takes_strips`' shape rule for both inputs,
+    streamed outputs only. In-process A/B against the tiles (numpy
     ``out=``, same bits): streamed, 64x64x56x56 1.34-1.38x, 64x128x56x56
     1.43-1.59x, 256x128x28x28 1.55-1.57x, 64x32x112x112 1.12x,
     128x384x384 axis 1 1.00-1.01x; by ordinary stores, 64x16x56x56
     1.14-1.26x but 128x64x14x14 0.85x and 32x40x56x56 0.94x."""
-    n = g[2]
-    return (itemsize == 4 and g[8] == 1 and g[13] == 1 and g[18] == 1
-            and n <= STRIP_ROWS and n * max(g[7], g[12]) * itemsize <= SPAN_MAX_BYTES
-            and g[3] >= 4 * W and streams_items(g, itemsize) and rows_on_lines(g, itemsize, 2)
-            and not on_amd())
+    return (dsize == 4 and ysize == 4 and osize == 4 and g[18] == 1
+            and streams_items(g, osize) and rows_on_lines(g, 2, osize)
+            and _fits(g, g[2], max(g[7], g[12]) * 4))
+
+
+@njit(forceinline=True, error_model="numpy")
+def _per_plane(ni, h):
+    """Strips a plane of ``ni`` columns holds, ``h`` of them a head strip."""
+    return (1 if h > 0 else 0) + (ni - h + W - 1) // W
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def strip_plan(ob, g, op):
+    """``(strips, h, stream)`` of a call on ``g`` into ``ob`` (operand
+    ``op``: 1 forward, 2 backward): streaming stores where the output
+    streams (:func:`.rows.streams`) and every row of every plane starts at
+    the same offset in a line (:func:`.columns.rows_on_lines`); then the
+    first ``h`` columns of each plane are a strip of their own, so that the
+    others start on a line."""
+    head = stream_head(ob, g[4 + 5 * op])
+    stream = streams(ob, g) and head >= 0 and rows_on_lines(g, op, ob.itemsize)
+    h = min(head, g[3]) if stream else 0
+    return g[0] * g[1] * _per_plane(g[3], h), h, stream
+
+
+@njit(forceinline=True, error_model="numpy")
+def _store_row(ob, q, v, stream, ahead):
+    """A strip row's result ``v`` to ``ob[q]``: a streaming store, or an
+    ordinary one that first claims the line ``ahead`` (strip ``c + 3``'s
+    row for the forward, ``c + 2``'s for the backward). Without the claim,
+    stores to lines a row apart waited on each line: 64x32x56x56 forward
+    (25.7 MB out) 0.67-0.74x the tiles, 0.96x claiming strip ``c + 2``'s
+    lines, 1.00x strip ``c + 3``'s."""
+    if stream:
+        vstore_nt(ob, q, v)
+    else:
+        prefetch_w(ob, ahead)
+        vstore(ob, q, v)
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -201,21 +239,23 @@ def forward_strips(xb, ob, g, op, s0, s1, h, stream, acc):
     n = g[2]
     sn = g[7]
     osn = g[12]
-    per = (1 if h > 0 else 0) + (g[3] - h + W - 1) // W
+    per = _per_plane(g[3], h)
     used = min(n, LANES64)
     zero = splat(0.0)
     c32 = splat(_ZERO)  # forward_vec's float32 statistics: the fast path's only
     mb = splat(_NINF)  # strip c + 1's max
     mcl = mch = bcl = bch = zero  # strip c's m and log s (or 1/s), float64
     pb = qb = wb = pc = qc = wc = 0  # strips c + 1 and c: x base, out base, columns
+    pp = qp = wp = 0  # strip c + 3 (of the last round: this round's c + 2)
+    if s0 < s1:
+        pp, qp, wp = _strip(g, s0, per, h)
     for c in range(s0 - 2, s1):
         pa = qa = wa = 0
         if c + 2 < s1:
-            pa, qa, wa = _strip(g, c + 2, per, h)
-        pp = qp = 0  # strip c + 3: asked for into L2 row by row
-        ahead = c + 3 < s1
+            pa, qa, wa = pp, qp, wp
+        ahead = c + 3 < s1  # strip c + 3: asked for into L2 row by row
         if ahead:
-            pp, qp, _wp = _strip(g, c + 3, per, h)
+            pp, qp, wp = _strip(g, c + 3, per, h)
         ma = splat(_NINF)
         mbl = lo_f64(mb)
         mbh = hi_f64(mb)
@@ -232,15 +272,7 @@ def forward_strips(xb, ob, g, op, s0, s1, h, stream, acc):
                     al = al + exp_f64(lo_f64(x) - mbl)
                     ah = ah + exp_f64(hi_f64(x) - mbh)
                     y = forward_vec(vload(xb, pc + r * sn), mcl, mch, bcl, bch, c32, c32, op, True)
-                    if stream:
-                        vstore_nt(ob, qc + r * osn, y)
-                    else:
-                        # claim strip c + 3's output lines ahead: without,
-                        # stores to lines a row apart waited on each line
-                        # (64x32x56x56, 25.7 MB out: 0.67-0.74x the tiles;
-                        # asking for strip c + 2's lines, 0.96x; c + 3's, 1.00x)
-                        prefetch_w(ob, qp + r * osn)
-                        vstore(ob, qc + r * osn, y)
+                    _store_row(ob, qc + r * osn, y, stream, qp + r * osn)
                     r += 1
                 vstore(acc, lane_ * W, al)
                 vstore(acc, lane_ * W + W // 2, ah)
@@ -290,25 +322,11 @@ def forward_strips(xb, ob, g, op, s0, s1, h, stream, acc):
         sfence()
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
-def strip_plan(ob, g):
-    """``(strips, h, stream)`` of a forward on ``g`` into ``ob``: streaming
-    stores where the output streams (:func:`.rows.streams`) and every row
-    of every plane starts at the same offset in a line; then the first
-    ``h`` columns of each plane are a strip of their own, so that the
-    others start on a line."""
-    head = stream_head(ob, g[9])
-    stream = streams(ob, g) and head >= 0 and rows_on_lines(g, ob.itemsize)
-    h = min(head, g[3]) if stream else 0
-    per = (1 if h > 0 else 0) + (g[3] - h + W - 1) // W
-    return g[0] * g[1] * per, h, stream
-
-
 @njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 def forward_strips_parallel(xb, ob, g, op, ntask):
     """:func:`forward_strips` over every strip, ``ntask`` ranges in parallel
     (the plan calls :func:`forward_strips` itself for a serial call)."""
-    strips, h, stream = strip_plan(ob, g)
+    strips, h, stream = strip_plan(ob, g, 1)
     for t in prange(ntask):
         acc = np.empty(SCRATCH)
         forward_strips(xb, ob, g, op, t * strips // ntask, (t + 1) * strips // ntask, h, stream, acc)
@@ -325,20 +343,22 @@ def backward_strips(db, yb, ob, g, op, accurate, s0, s1, h, stream, acc):
     dsn = g[7]
     ysn = g[12]
     osn = g[17]
-    per = (1 if h > 0 else 0) + (g[3] - h + W - 1) // W
+    per = _per_plane(g[3], h)
     used = min(n, GRAD_LANES)
     zero = splat(0.0)
     sl = sh = zero  # strip c's sums, float64 halves, and float32
     sa = splat(_ZERO)
-    pdc = pyc = qc = wc = 0
+    pdc = pyc = qc = wc = 0  # strip c: diff_dst base, dst base, out base, columns
+    pdp = pyp = qp = wp = 0  # strip c + 2 (of the last round: this round's c + 1)
+    if s0 < s1:
+        pdp, pyp, qp, wp = _strip3(g, s0, per, h)
     for c in range(s0 - 1, s1):
         pdb = pyb = qb = wb = 0
         if c + 1 < s1:
-            pdb, pyb, qb, wb = _strip3(g, c + 1, per, h)
-        pdp = pyp = qp = 0
-        ahead = c + 2 < s1
+            pdb, pyb, qb, wb = pdp, pyp, qp, wp
+        ahead = c + 2 < s1  # strip c + 2: asked for into L2 row by row
         if ahead:
-            pdp, pyp, qp, _wp = _strip3(g, c + 2, per, h)
+            pdp, pyp, qp, wp = _strip3(g, c + 2, per, h)
         r = 0
         if wb == W and wc == W and ahead and c >= s0:
             for lane_ in range(used):
@@ -356,11 +376,7 @@ def backward_strips(db, yb, ob, g, op, accurate, s0, s1, h, stream, acc):
                         lo = lo + lo_f64(d) * lo_f64(y)
                         hi = hi + hi_f64(d) * hi_f64(y)
                     v = _grad_vec(vload(db, pdc + r * dsn), vload(yb, pyc + r * ysn), sl, sh, sa, op, accurate)
-                    if stream:
-                        vstore_nt(ob, qc + r * osn, v)
-                    else:
-                        prefetch_w(ob, qp + r * osn)
-                        vstore(ob, qc + r * osn, v)
+                    _store_row(ob, qc + r * osn, v, stream, qp + r * osn)
                     r += 1
                 vstore(acc, lane_ * W, lo)
                 vstore(acc, lane_ * W + W // 2, hi)
@@ -400,11 +416,7 @@ def backward_strips(db, yb, ob, g, op, accurate, s0, s1, h, stream, acc):
 @njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 def backward_strips_parallel(db, yb, ob, g, op, accurate, ntask):
     """:func:`backward_strips` over every strip, ``ntask`` ranges in parallel."""
-    head = stream_head(ob, g[14])
-    stream = streams(ob, g) and head >= 0 and rows_on_lines(g, ob.itemsize, 2)
-    h = min(head, g[3]) if stream else 0
-    per = (1 if h > 0 else 0) + (g[3] - h + W - 1) // W
-    strips = g[0] * g[1] * per
+    strips, h, stream = strip_plan(ob, g, 2)
     for t in prange(ntask):
-        acc = np.empty(GRAD_LANES * W)
+        acc = np.empty(2 * SCRATCH)
         backward_strips(db, yb, ob, g, op, accurate, t * strips // ntask, (t + 1) * strips // ntask, h, stream, acc)
