@@ -186,7 +186,7 @@ def main(argv=None) -> None:
     _, _, n, ni = lay.dims
     if not C.staged_rows(n, lay.g[7] * 4, 4):
         raise SystemExit(f"{args.shape} axis 0 is not a staged problem (columns.staged_rows)")
-    J = int(C.tile_width_for(n, ni, False, threads))
+    J = int(C.tile_width_for(n, ni, False, threads, staged=True))  # as the library (stages)
     accurate = np.bool_(n <= segment.SHORT)
     fns = {
         "copy of the same bytes": lambda: _copy(xb, ob, threads),
