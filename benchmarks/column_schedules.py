@@ -52,7 +52,7 @@ from numba import njit, prange
 import logsoftmax
 from logsoftmax.backends import Op
 from logsoftmax.backends.cpu import columns as C
-from logsoftmax.backends.cpu._math import exp_f64
+from logsoftmax.backends.cpu._math import exp_f64, log_f64
 from logsoftmax.backends.cpu._simd import TRUE, wide_vectors
 from logsoftmax.backends.cpu._vec import hi_f64, lo_f64, prefetch_l2, sfence, splat, vload, vstore
 from logsoftmax.backends.cpu.segment import LANES32, LANES64, W
@@ -61,19 +61,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import CopyBench, cpu_info, line_aligned, time_calls  # noqa: E402
 
 _LSM = int(Op.LOG_SOFTMAX)
-
-
-@njit(inline="always")
-def _stage_block(xb, p, sn, k0, k1, jn, st, J, mc):
-    """Rows ``[k0, k1)`` of a tile into the stage with their max
-    (``columns._stage_rows`` from row ``k0``; row 0 starts the max)."""
-    for k in range(k0, k1):
-        q = p + k * sn
-        for j in range(0, jn, W):
-            prefetch_l2(xb, q + C._WIDE_AHEAD * sn + j)
-            x = vload(xb, q + j)
-            vstore(st, k * J + j, x)
-            vstore(mc, j, x if k == 0 else C.vmax_x86(vload(mc, j), x))
 
 
 @njit(inline="always")
@@ -105,10 +92,12 @@ def _sums_taking_max(st, n, jn, J, acc64, mc, sc, xb, pn, xsn, mn):
 
 @njit(inline="always")
 def _statistics(mc, sc, m, lg, jn):
-    """Pass 2's float64 statistics of a tile: ``m`` and ``log s``."""
+    """Pass 2's float64 statistics of a tile, as ``columns.forward_tiles``
+    takes them (no all--inf columns here): ``m`` and ``log s``."""
     for j in range(jn):
         m[j] = np.float64(mc[j])
-        lg[j] = np.log(sc[j])
+    for j in range(0, jn, W // 2):
+        vstore(lg, j, log_f64(vload(sc, j)))
 
 
 @njit(parallel=True, error_model="numpy")
@@ -135,10 +124,10 @@ def _schedule(xb, ob, n, ni, J, mode, arg):
         w = arg if (mode == 0 and th == 1 and arg > 0) else J
         w = min(w, c1 - j0)
         if mode != 0:
-            _stage_block(xb, j0, ni, 0, n, w, st, J, mc)
+            C._stage_rows(xb, j0, ni, n, w, st, J, mc)
         while j0 < c1:
             if mode == 0:
-                _stage_block(xb, j0, ni, 0, n, w, st, J, mc)
+                C._stage_rows(xb, j0, ni, n, w, st, J, mc)
             j2 = j0 + w
             w2 = min(J, c1 - j2)
             if mode == 2:
@@ -151,7 +140,7 @@ def _schedule(xb, ob, n, ni, J, mode, arg):
                     k1 = min(n, k + arg)
                     C._tile_write(st, k * J, J, ob, k * ni + j0, ni, k1 - k, w, _LSM, TRUE, m, lg, inv,
                                   ma, ma, ma, TRUE, -1, 0)
-                    _stage_block(xb, j2, ni, k, k1, w2, st, J, mc)
+                    C._stage_rows(xb, j2, ni, k1, w2, st, J, mc, k)
             else:
                 C._tile_write(st, 0, J, ob, j0, ni, n, w, _LSM, TRUE, m, lg, inv, ma, ma, ma, TRUE, -1, 0)
                 if mode == 2 and w2 > 0:

@@ -472,12 +472,15 @@ def _stage_out(stage, buf, base, sn, si, c0, cl, jn, J):
 
 
 @njit(forceinline=True, error_model="numpy")
-def _stage_rows(xb, p, sn, cl, jn, stage, J, mc):
-    """``cl`` rows of a tile (``jn`` unit-stride columns from ``xb[p]``, row
-    step ``sn``) into the dense stage, ``J`` apart (:func:`staged_rows`),
-    taking the per-column max ``mc`` on the way (:func:`_tile_max`'s, row
-    by row); the rows :data:`_WIDE_AHEAD` on are asked for as it goes."""
-    for k in range(cl):
+def _stage_rows(xb, p, sn, cl, jn, stage, J, mc, k0=0):
+    """Rows ``[k0, cl)`` of a tile (``jn`` unit-stride columns from
+    ``xb[p]``, row step ``sn``) into the dense stage, ``J`` apart
+    (:func:`staged_rows`), taking the per-column max ``mc`` on the way
+    (:func:`_tile_max`'s, row by row; row 0 starts it); the rows
+    :data:`_WIDE_AHEAD` on are asked for as it goes. (``k0``: for
+    ``benchmarks/column_schedules.py``, which refills a stage a block of
+    rows at a time.)"""
+    for k in range(k0, cl):
         q = p + k * sn
         for j in range(0, jn, W):
             prefetch_l2(xb, q + _WIDE_AHEAD * sn + j)
