@@ -467,6 +467,31 @@ def test_column_tile_width_changes_no_bit(dtype, n):
             assert np.array_equal(bits(o), bits(g)), (name, J)
 
 
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=dtypes.name_of)
+@pytest.mark.parametrize("n", [257, 300, 384, 1024, 1025])
+def test_long_16bit_columns_give_the_bits_of_rows(dtype, n):
+    """16-bit columns of more than ``columns.LANE_MAJOR_ROWS`` rows (the fast
+    path's row-major sums: lane by lane up to ``columns.LANE_ORDER_ROWS``,
+    through the ``64 x J`` scratch beyond) give the bits of the same values
+    laid out as contiguous rows (the row kernels), log_softmax and softmax,
+    in place too; with an all--inf column, a NaN, an inf and one finite
+    value among -inf."""
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal((2, n, 70)) * 3).astype(dtype)
+    x[0, :, 3] = -np.inf
+    x[1, n // 2, 5] = np.nan
+    x[0, n - 1, 9] = np.inf
+    x[1, :, 11] = -np.inf
+    x[1, 200, 11] = 1.5
+    rows = np.ascontiguousarray(np.moveaxis(x, 1, 2))
+    for op in FWD:
+        want = np.moveaxis(_fwd(op, rows, 2), 2, 1)
+        assert np.array_equal(bits(_fwd(op, x, 1)), bits(want)), op
+        o = x.copy()
+        _fwd(op, o, 1, o)
+        assert np.array_equal(bits(o), bits(want)), (op, "in place")
+
+
 def test_staged_column_tiles_give_the_same_bits():
     """Long float32 columns whose rows lie a multiple of 4 KiB apart (300 x
     32768, axis 0: 128 KiB) are copied a tile at a time into a dense stage

@@ -273,6 +273,21 @@ def _cache_bytes():
 #: 8x16x384x384 axis 2) lane-major: 0.97x (in-process A/B, AMD EPYC, LLVM
 #: znver4), so the bound stays.
 LANE_MAJOR_ROWS = 256
+#: fast-path (float32 terms) chunks of more than LANE_MAJOR_ROWS rows, up to
+#: this many, sum one lane at a time (:func:`_sums32_by_lane`: the partial
+#: sums in a few rows of L1) instead of row by row through the ``64 x J``
+#: scratch (96-256 KiB, out of L1), on Intel (measured there only). In-
+#: process A/B against row by row (Intel Xeon, LLVM rocketlake, 2 threads,
+#: numpy ``out=``, same bits, 2-4 runs): float16 4x512x64x64 axis 1
+#: 1.09-1.17x, bfloat16 8x384x64x64 1.07-1.12x, float16 16x300x96x96
+#: 1.09-1.10x, bfloat16 32x320x32x32 1.08-1.10x, 300x8192 axis 0
+#: 1.09-1.16x, float16 600x16384 1.17x, 16x1024x32x32 1.01-1.07x, 1000x65536
+#: (the next tile's max inside the sums) 1.01-1.03x, p04 (8x16x384x384 axis
+#: 2) 1.01-1.04x. Longer columns lost, a lane's rows then spread over a
+#: tile of 4 MiB: 4000x16384 bfloat16 0.91x, 2000x32768 float16 0.96x. So
+#: did float64 terms (the accurate path) in the same order: 8x384x64x64
+#: float32 0.93x, 16x1024x32x32 0.93x, staged 4000x16384 0.90x.
+LANE_ORDER_ROWS = 1024
 #: tile rows ahead that the max pass prefetches (reads) and the write pass
 #: claims (prefetchw): each tile row is its own short run of lines on its
 #: own page, too short for the hardware prefetcher to pick up. Only for
@@ -638,7 +653,8 @@ def _tile_sums_lane_piped(xb, p, sn, cl, jn, acc32, acc64, mc, sc, pn, jn2, mn):
 def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pn, jn2, mn):
     """The sums of long columns: row by row (each row of the tile is ``J``
     contiguous elements on one page), every lane of every column in a
-    ``lanes x J`` scratch. ``pn >= 0``: each row ``k`` also takes row ``k``
+    ``lanes x J`` scratch (float32 terms of up to :data:`LANE_ORDER_ROWS`
+    rows: lane by lane, :func:`_sums32_by_lane`). ``pn >= 0``: each row ``k`` also takes row ``k``
     of the next tile (``jn2`` columns from ``xb[pn]``, ``cl`` rows too) into
     that tile's max ``mn`` (:func:`_max_row`)."""
     nv = (jn + W - 1) // W
@@ -660,6 +676,8 @@ def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, p
         _lane_tree(acc64, min(cl, LANES64), 2 * nv, W // 2, J, LANES64)
         for j in range(jn):
             sc[j] = acc64[j]
+    elif cl <= LANE_ORDER_ROWS and not on_amd():
+        _sums32_by_lane(xb, p, sn, cl, jn, acc32, mc, sc, J, pn, jn2, mn)
     else:
         for lane_ in range(min(cl, LANES32)):
             for v in range(nv):
@@ -676,6 +694,67 @@ def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, p
         _lane_tree(acc32, min(cl, LANES32), nv, W, J, LANES32)
         for j in range(jn):
             sc[j] = np.float64(acc32[j])
+
+
+@njit(forceinline=True, error_model="numpy")
+def _sums32_by_lane(xb, p, sn, cl, jn, acc32, mc, sc, J, pn, jn2, mn):
+    """:func:`_tile_sums_row_major`'s float32 sums (the same terms, lanes and
+    tree, so the same bits) one lane at a time: lane ``l`` takes rows ``l,
+    l + 64, ...`` of the tile, each a row of ``jn`` contiguous columns, into
+    one ``J``-wide row of ``acc32``, and the lanes go in the tree's leaf
+    order (lane ``bitrev(i)`` is leaf ``i`` of :func:`_lane_tree`'s pairwise
+    sum) into a binary counter of partial sums: rows ``0..6`` of ``acc32``
+    (10.5 KiB at 384 columns: L1, where the row-major loop's ``64 x J``
+    scratch, 96 KiB, is not). ``pn >= 0``: the next tile's max takes its
+    rows in order, one per row summed, as in the row-major loop."""
+    nv = (jn + W - 1) // W
+    r = 0  # the next tile's row that its max takes next
+    for i in range(LANES32):
+        # leaf i joins the partial sums of the t levels below it (i's
+        # trailing ones), in the row of level t, free until now
+        t = _trailing_ones(i)
+        q = t * J
+        first = True
+        for k in range(_bitrev6(i), cl, LANES32):
+            if pn >= 0:  # the lanes visit every row once: r runs 0..cl-1
+                _max_row(xb, pn, sn, r, jn2, mn)
+                r += 1
+            for v in range(nv):
+                j = v * W
+                x = vload_n(xb, p + k * sn + j, jn - j, _NINF)
+                e = exp_f32_sum(x - vload(mc, j))  # the terms of .segment._sum32
+                vstore(acc32, q + j, e if first else vload(acc32, q + j) + e)
+            first = False
+        if first:  # a lane with no element holds 0 (adding it changes no bit)
+            for v in range(nv):
+                vstore(acc32, q + v * W, splat(_ZERO))
+        for level in range(t):
+            b = level * J
+            for v in range(nv):
+                vstore(acc32, q + v * W, vload(acc32, b + v * W) + vload(acc32, q + v * W))
+    q = _LANE_BITS * J  # leaf 63 left the whole sum at the top level
+    for j in range(jn):
+        sc[j] = np.float64(acc32[q + j])
+
+
+#: log2(LANES32): the levels of the lane tree
+_LANE_BITS = 6
+assert 1 << _LANE_BITS == LANES32
+
+
+@njit(inline="always")
+def _bitrev6(i):
+    """``i`` (0-63) with its six bits reversed."""
+    return ((i & 1) << 5) | ((i & 2) << 3) | ((i & 4) << 1) | ((i & 8) >> 1) | ((i & 16) >> 3) | ((i & 32) >> 5)
+
+
+@njit(inline="always")
+def _trailing_ones(i):
+    """The number of trailing one bits of ``i >= 0``."""
+    t = 0
+    while (i >> t) & 1:
+        t += 1
+    return t
 
 
 @njit(forceinline=True, error_model="numpy")
