@@ -18,12 +18,16 @@ at 384 rows: L1), so that its sums and its pass 2 read L1, not L2:
 
 ``sequential`` takes A, B, C one strip after another (asking for the next
 strip's rows into L2 during A); ``pipelined`` takes A of strip ``s + 1``
-inside B of strip ``s`` (two stages), then C of strip ``s``. Both give the
-library's bits (``--check``: the arithmetic is the column kernel's, term
-for term; random data, so no special-value fixups are needed).
+inside B of strip ``s`` (two stages), then C of strip ``s``; ``widened``
+widens each value once, as the floors of ``strided_limits.py`` do: A
+stores the strip as float32 (48 KiB: L2), B sums it in row order into a
+``64 x 32`` scratch (8 KiB), C reads it back. All three give the library's
+bits (``--check``: the arithmetic is the column kernel's, term for term;
+random data, so no special-value fixups are needed).
 
 Printed, interleaved in one process (``common.time_calls``): on one thread
-with one plane in L2, each phase alone and all three (ns per element);
+with one plane in L2, each phase alone and all three, of ``sequential``
+and of ``widened`` (ns per element);
 then, from memory on two threads, each variant, the library's ``out=`` and
 the 2-thread copy of the same bytes (``driver.perf.copy2``), as % of the
 copy. The budget for 50% is twice the copy.
@@ -166,18 +170,59 @@ def pipelined(x16, x32, o16, st16, st32, acc, stat, g0, g1, n, ni):
     sfence()
 
 
+@njit(nogil=True, error_model="numpy")
+def widened(x16, o16, stf, acc, stat, g0, g1, n, ni, phases):
+    """Strips ``[g0, g1)``, each widened once: A stores the strip as
+    float32 (``stf``: ``n x 32``, 48 KiB at 384 rows, so L2), B sums it in
+    row order (row ``k`` into lane ``k % 64`` of ``acc``, ``64 x 32``: 8
+    KiB, L1), C reads it for pass 2: the work per element of the floors of
+    ``strided_limits.py`` (one widening, no re-widening in B and C)."""
+    wide_vectors()
+    per = ni // S
+    zero = splat(_ZERO)
+    for g in range(g0, g1):
+        p = _strip_base(g, per, n, ni)
+        pn = _strip_base(g + 1, per, n, ni) if g + 1 < g1 else p
+        m0 = splat(_NINF)
+        m1 = m0
+        for k in range(n if phases & 1 else 0):
+            prefetch_l2(x16, pn + k * ni)
+            x0 = vload(x16, p + k * ni)
+            x1 = vload(x16, p + k * ni + W)
+            vstore(stf, k * S, x0)
+            vstore(stf, k * S + W, x1)
+            m0 = vmax_x86(m0, x0)
+            m1 = vmax_x86(m1, x1)
+        if phases & 2:
+            for i in range(0, LANES32 * S, W):
+                vstore(acc, i, zero)
+            for k in range(n):
+                a = (k % LANES32) * S
+                vstore(acc, a, vload(acc, a) + exp_f32_sum(vload(stf, k * S) - m0))
+                vstore(acc, a + W, vload(acc, a + W) + exp_f32_sum(vload(stf, k * S + W) - m1))
+        d0, d1 = _stats(acc, stat, n)
+        if phases & 4:
+            for k in range(n):
+                vstore_nt(o16, p + k * ni, (vload(stf, k * S) - m0) - d0)
+                vstore_nt(o16, p + k * ni + W, (vload(stf, k * S + W) - m1) - d1)
+    sfence()
+
+
 @njit(nogil=True, parallel=True, error_model="numpy")
 def run(x16, x32, o16, planes, n, ni, pipe, threads):
-    """Either variant over every strip, ``threads`` ranges of whole planes."""
+    """A variant (``pipe``: 0 sequential, 1 pipelined, 2 widened) over
+    every strip, ``threads`` ranges of whole planes."""
     per = ni // S
     for t in prange(threads):
-        st16 = np.empty(2 * n * S + 64, np.int16)
+        st16 = np.empty(2 * n * S + 64, np.int16)  # 2 float16 stages, or 1 float32
         st32 = st16.view(np.float32)
         acc = np.empty(LANES32 * S, np.float32)
         stat = np.empty(2 * S, np.float64)
         g0 = planes * t // threads * per
         g1 = planes * (t + 1) // threads * per
-        if pipe:
+        if pipe == 2:
+            widened(x16, o16, st32, acc, stat, g0, g1, n, ni, 7)
+        elif pipe:
             pipelined(x16, x32, o16, st16, st32, acc, stat, g0, g1, n, ni)
         else:
             sequential(x16, x32, o16, st16, st32, acc, stat, g0, g1, n, ni, 7)
@@ -205,7 +250,7 @@ def main() -> None:
     numba.set_num_threads(2)
     if args.check:
         logsoftmax.log_softmax(x, axis=-2, out=ours)
-        for name, pipe in (("sequential", False), ("pipelined", True)):
+        for name, pipe in (("sequential", 0), ("pipelined", 1), ("widened", 2)):
             out[...] = 0
             run(x16, x32, o16, planes, n, ni, pipe, 2)
             same = np.array_equal(o16, ours.reshape(-1).view(np.int16))
@@ -220,19 +265,22 @@ def main() -> None:
     acc = np.empty(LANES32 * S, np.float32)
     stat = np.empty(2 * S, np.float64)
     phases = {"A: stage + max": 1, "B: sums": 2, "C: pass 2": 4, "A + B + C": 7}
-    sec, _ = time_calls(
-        {k: (lambda m=m: sequential(c16, c32, co, st16, st32, acc, stat, 0, ni // S, n, ni, m))
-         for k, m in phases.items()}, args.rounds)
+    fns = {k: (lambda m=m: sequential(c16, c32, co, st16, st32, acc, stat, 0, ni // S, n, ni, m))
+           for k, m in phases.items()}
+    fns.update({"widened " + k: (lambda m=m: widened(c16, co, st32, acc, stat, 0, ni // S, n, ni, m))
+                for k, m in phases.items()})
+    sec, _ = time_calls(fns, args.rounds)
     print(f"\n{args.shape} axis {len(shape) - 2} float16; one thread, one plane in L2, ns per element:")
     for k, v in sec.items():
-        print(f"  {k:16s} {v / (n * ni) * 1e9:.3f}")
+        print(f"  {k:25s} {v / (n * ni) * 1e9:.3f}")
 
     # two threads, from memory
     fns = {
         "copy (2 threads)": lambda: copy2(x16, o16),
         "library out=": lambda: logsoftmax.log_softmax(x, axis=-2, out=ours),
-        "sequential": lambda: run(x16, x32, o16, planes, n, ni, False, 2),
-        "pipelined": lambda: run(x16, x32, o16, planes, n, ni, True, 2),
+        "sequential": lambda: run(x16, x32, o16, planes, n, ni, 0, 2),
+        "pipelined": lambda: run(x16, x32, o16, planes, n, ni, 1, 2),
+        "widened": lambda: run(x16, x32, o16, planes, n, ni, 2, 2),
     }
     sec, _ = time_calls(fns, args.rounds)
     copy = sec["copy (2 threads)"]
