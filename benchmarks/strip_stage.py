@@ -70,6 +70,13 @@ def _strip_base(g, per, n, ni):
 
 
 @njit(inline="always")
+def _this_and_next(g, g1, per, n, ni):
+    """Offsets of strip ``g`` and of the next one (``g`` again at the last)."""
+    p = _strip_base(g, per, n, ni)
+    return p, (_strip_base(g + 1, per, n, ni) if g + 1 < g1 else p)
+
+
+@njit(inline="always")
 def _stage_row(x16, x32, st16, st32, q, at, m0, m1):
     """A's step: the line at ``x16[q]`` copied raw into the stage at ``at``
     (int16 items; ``x32``, ``st32``: the same memory as float32, so that a
@@ -109,12 +116,10 @@ def sequential(x16, x32, o16, st16, st32, acc, stat, g0, g1, n, ni, phases):
     per = ni // S
     zero = splat(_ZERO)
     for g in range(g0, g1):
-        p = _strip_base(g, per, n, ni)
-        pn = _strip_base(g + 1, per, n, ni) if g + 1 < g1 else p
-        m0 = splat(_NINF)
-        m1 = m0
+        p, pn = _this_and_next(g, g1, per, n, ni)
+        m0 = m1 = splat(_NINF)
         for k in range(n if phases & 1 else 0):
-            prefetch_l2(x16, pn + k * ni)
+            prefetch_l2(x16, pn + k * ni)  # the next strip's row, into L2
             m0, m1 = _stage_row(x16, x32, st16, st32, p + k * ni, k * S, m0, m1)
         for lane_ in range(LANES32 if phases & 2 else 0):
             a0 = zero
@@ -181,12 +186,10 @@ def widened(x16, o16, stf, acc, stat, g0, g1, n, ni, phases):
     per = ni // S
     zero = splat(_ZERO)
     for g in range(g0, g1):
-        p = _strip_base(g, per, n, ni)
-        pn = _strip_base(g + 1, per, n, ni) if g + 1 < g1 else p
-        m0 = splat(_NINF)
-        m1 = m0
+        p, pn = _this_and_next(g, g1, per, n, ni)
+        m0 = m1 = splat(_NINF)
         for k in range(n if phases & 1 else 0):
-            prefetch_l2(x16, pn + k * ni)
+            prefetch_l2(x16, pn + k * ni)  # the next strip's row, into L2
             x0 = vload(x16, p + k * ni)
             x1 = vload(x16, p + k * ni + W)
             vstore(stf, k * S, x0)
