@@ -283,7 +283,8 @@ LANE_MAJOR_ROWS = 256
 #: 1.09-1.10x, bfloat16 32x320x32x32 1.08-1.10x, 300x8192 axis 0
 #: 1.09-1.16x, float16 600x16384 1.17x, 16x1024x32x32 1.01-1.07x, 1000x65536
 #: (the next tile's max inside the sums) 1.01-1.03x, p04 (8x16x384x384 axis
-#: 2) 1.01-1.04x. Longer columns lost, a lane's rows then spread over a
+#: 2) 1.01-1.04x (0.97x, paired 1.00, into the library's own output
+#: memory). Longer columns lost, a lane's rows then spread over a
 #: tile of 4 MiB: 4000x16384 bfloat16 0.91x, 2000x32768 float16 0.96x. So
 #: did float64 terms (the accurate path) in the same order: 8x384x64x64
 #: float32 0.93x, 16x1024x32x32 0.93x, staged 4000x16384 0.90x.
