@@ -655,9 +655,10 @@ def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, p
     """The sums of long columns: row by row (each row of the tile is ``J``
     contiguous elements on one page), every lane of every column in a
     ``lanes x J`` scratch (float32 terms of up to :data:`LANE_ORDER_ROWS`
-    rows: lane by lane, :func:`_sums32_by_lane`). ``pn >= 0``: each row ``k`` also takes row ``k``
-    of the next tile (``jn2`` columns from ``xb[pn]``, ``cl`` rows too) into
-    that tile's max ``mn`` (:func:`_max_row`)."""
+    rows on Intel: lane by lane, :func:`_sums32_by_lane`). ``pn >= 0``: each
+    row ``k`` also takes row ``k`` of the next tile (``jn2`` columns from
+    ``xb[pn]``, ``cl`` rows too) into that tile's max ``mn``
+    (:func:`_max_row`)."""
     nv = (jn + W - 1) // W
     if accurate:
         for lane_ in range(min(cl, LANES64)):  # lanes with no element hold 0
