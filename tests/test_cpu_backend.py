@@ -477,7 +477,7 @@ def test_long_16bit_columns_give_the_bits_of_rows(dtype, n):
     in place too; with an all--inf column, a NaN, an inf and one finite
     value among -inf."""
     rng = np.random.default_rng(n)
-    x = (rng.standard_normal((2, n, 70)) * 3).astype(dtype)
+    x = (rng.standard_normal((2, n, 200)) * 3).astype(dtype)
     x[0, :, 3] = -np.inf
     x[1, n // 2, 5] = np.nan
     x[0, n - 1, 9] = np.inf
