@@ -424,12 +424,13 @@ def line_shift(ob, g, op, J):
     1.23x slower (24.3-25.2 ms against 19.7-20.5 at 0, 64 or 256 bytes),
     64x64x56x56 1.14-1.19x; the library's own buffers are aligned, numpy's
     are 16 bytes past a line."""
+    b = 4 + 5 * op  # the operand's base and strides in g
     L = 64 // ob.itemsize
-    if not (_tiles_stream(ob, g, J) and J % L == 0 and g[4 + 5 * op + 4] == 1):
+    if not (_tiles_stream(ob, g, J) and J % L == 0 and g[b + 4] == 1):
         return 0
     if not rows_on_lines(g, op, ob.itemsize):
         return 0
-    head = stream_head(ob, g[4 + 5 * op])
+    head = stream_head(ob, g[b])
     return (L - head) % L if head >= 0 else 0
 
 
@@ -678,7 +679,7 @@ def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, p
         _lane_tree(acc64, min(cl, LANES64), 2 * nv, W // 2, J, LANES64)
         for j in range(jn):
             sc[j] = acc64[j]
-    elif cl <= LANE_ORDER_ROWS and not on_amd():
+    elif LANE_MAJOR_ROWS < cl <= LANE_ORDER_ROWS and not on_amd():
         _sums32_by_lane(xb, p, sn, cl, jn, acc32, mc, sc, J, pn, jn2, mn)
     else:
         for lane_ in range(min(cl, LANES32)):
@@ -707,8 +708,10 @@ def _sums32_by_lane(xb, p, sn, cl, jn, acc32, mc, sc, J, pn, jn2, mn):
     order (lane ``bitrev(i)`` is leaf ``i`` of :func:`_lane_tree`'s pairwise
     sum) into a binary counter of partial sums: rows ``0..6`` of ``acc32``
     (10.5 KiB at 384 columns: L1, where the row-major loop's ``64 x J``
-    scratch, 96 KiB, is not). ``pn >= 0``: the next tile's max takes its
-    rows in order, one per row summed, as in the row-major loop."""
+    scratch, 96 KiB, is not). Each lane's row starts at 0, as the row-major
+    scratch does (``0 + e`` is ``e``; a lane without rows adds 0). ``pn >=
+    0``: the next tile's max takes its rows in order, one per row summed, as
+    in the row-major loop."""
     nv = (jn + W - 1) // W
     r = 0  # the next tile's row that its max takes next
     for i in range(LANES32):
@@ -716,7 +719,8 @@ def _sums32_by_lane(xb, p, sn, cl, jn, acc32, mc, sc, J, pn, jn2, mn):
         # trailing ones), in the row of level t, free until now
         t = _trailing_ones(i)
         q = t * J
-        first = True
+        for v in range(nv):  # 0 + e is e: the first term's bits
+            vstore(acc32, q + v * W, splat(_ZERO))
         for k in range(_bitrev6(i), cl, LANES32):
             if pn >= 0:  # the lanes visit every row once: r runs 0..cl-1
                 _max_row(xb, pn, sn, r, jn2, mn)
@@ -725,11 +729,7 @@ def _sums32_by_lane(xb, p, sn, cl, jn, acc32, mc, sc, J, pn, jn2, mn):
                 j = v * W
                 x = vload_n(xb, p + k * sn + j, jn - j, _NINF)
                 e = exp_f32_sum(x - vload(mc, j))  # the terms of .segment._sum32
-                vstore(acc32, q + j, e if first else vload(acc32, q + j) + e)
-            first = False
-        if first:  # a lane with no element holds 0 (adding it changes no bit)
-            for v in range(nv):
-                vstore(acc32, q + v * W, splat(_ZERO))
+                vstore(acc32, q + j, vload(acc32, q + j) + e)
         for level in range(t):
             b = level * J
             for v in range(nv):
