@@ -139,10 +139,10 @@ def _schedule(xb, ob, n, ni, J, mode, arg):
                 for k in range(0, n, arg):
                     k1 = min(n, k + arg)
                     C._tile_write(st, k * J, J, ob, k * ni + j0, ni, k1 - k, w, _LSM, TRUE, m, lg, inv,
-                                  ma, ma, ma, TRUE, -1, 0)
+                                  ma, ma, ma, TRUE, -1, 0, -1, 0, ma)
                     C._stage_rows(xb, j2, ni, k1, w2, st, J, mc, k)
             else:
-                C._tile_write(st, 0, J, ob, j0, ni, n, w, _LSM, TRUE, m, lg, inv, ma, ma, ma, TRUE, -1, 0)
+                C._tile_write(st, 0, J, ob, j0, ni, n, w, _LSM, TRUE, m, lg, inv, ma, ma, ma, TRUE, -1, 0, -1, 0, ma)
                 if mode == 2 and w2 > 0:
                     for k in range(n):  # the stage copy, its max already taken
                         q = j2 + k * ni

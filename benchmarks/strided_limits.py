@@ -130,7 +130,7 @@ def _write_pass(xb, ob, g, J, accurate, m, lg, ma, la):
         for j0 in range(0, g[3], J):
             p = o * g[5] + j0
             C._tile_write(xb, p, g[7], ob, p, g[12], g[2], min(J, g[3] - j0), _LSM, accurate,
-                          m, lg, lg, ma, la, la, False, -1, 0)
+                          m, lg, lg, ma, la, la, False, -1, 0, -1, 0, ma)
 
 
 @njit(cache=True)

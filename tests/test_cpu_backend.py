@@ -492,6 +492,58 @@ def test_long_16bit_columns_give_the_bits_of_rows(dtype, n):
         assert np.array_equal(bits(o), bits(want)), (op, "in place")
 
 
+@pytest.mark.parametrize("dtype, n", [(F16, 300), (BF16, 600), (F16, 1500)], ids=str)
+def test_write_piped_tiles_give_the_bits_of_rows(dtype, n):
+    """16-bit fast-path column tiles of more than ``columns.LANE_MAJOR_ROWS``
+    rows take the next tile's max inside their write pass
+    (``columns.WRITE_PIPED_BYTES``; Intel only). Over every range of tiles a
+    thread may get (the next tile in the same plane, in the next plane, or
+    none) and several widths (the last tile of a plane ending mid-vector
+    too), the results are
+    the bits of the same values laid out as rows, log_softmax and softmax,
+    in place too. Special values lie in tiles that a write pass takes the
+    max of (an all--inf column, a NaN, an inf, one finite value among -inf),
+    and so do maxima on the first, second, middle and last two rows, far
+    above the rest (a missed one makes the sums overflow)."""
+    from logsoftmax.backends import Op
+    from logsoftmax.backends.cpu import columns
+    from logsoftmax.backends.cpu.layout import layout
+
+    dt = np.dtype(dtype)
+    rng = np.random.default_rng(n)
+    ni = 200
+    x = (rng.standard_normal((3, n, ni)) * 3).astype(dtype)
+    x[1, :, 150] = -np.inf
+    x[2, n // 3, 20] = np.nan
+    x[0, n - 1, 199] = np.inf
+    x[2, :, 77] = -np.inf
+    x[2, n - 2, 77] = 2.5
+    # a max the write pass must not miss: without it, exp(x - m) overflows
+    for i, r in enumerate((0, 1, n // 2, n - 2, n - 1)):
+        x[:, r, 30 + 37 * i] = 100.0
+    rows = np.ascontiguousarray(np.moveaxis(x, 1, 2))
+    raw = np.int16 if dt == F16 else np.uint16  # the backend's views of 16-bit data
+    flat = lambda a: a.reshape(-1).view(raw)  # noqa: E731
+    for name, op in (("log_softmax", Op.LOG_SOFTMAX), ("softmax", Op.SOFTMAX)):
+        want = np.moveaxis(_fwd(name, rows, 2), 2, 1)
+        # (widths are multiples of W, tiles need not be)
+        for J in (J for J in (64, 80, 208) if n * J * dt.itemsize <= columns.WRITE_PIPED_BYTES):
+            ntile = 3 * -(-ni // J)
+            o = np.empty_like(x)
+            lay = layout(x.shape, [x.strides, o.strides], [dt.itemsize] * 2, 1)
+            for t0, t1 in ((0, ntile), (0, 1), (1, ntile - 1), (ntile - 2, ntile)):
+                o[...] = 0
+                columns.forward_tiles(flat(x), flat(o), lay.g, op, np.bool_(False), J, t0, t1)
+                for t in range(t0, t1):
+                    k = t % (ntile // 3)
+                    got = o[t // (ntile // 3), :, k * J:(k + 1) * J]
+                    exp = want[t // (ntile // 3), :, k * J:(k + 1) * J]
+                    assert np.array_equal(bits(got), bits(exp)), (name, J, t0, t1, t)
+            o[...] = x  # in place: the next tile's max is read while this one is written
+            columns.forward_tiles(flat(o), flat(o), lay.g, op, np.bool_(False), J, 0, ntile)
+            assert np.array_equal(bits(o), bits(want)), (name, J, "in place")
+
+
 def test_staged_column_tiles_give_the_same_bits():
     """Long float32 columns whose rows lie a multiple of 4 KiB apart (300 x
     32768, axis 0: 128 KiB) are copied a tile at a time into a dense stage

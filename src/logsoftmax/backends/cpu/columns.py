@@ -343,6 +343,30 @@ FETCH_TILE_BYTES = 1 << 19
 #: (read back from L3: 2000x8192 axis 0, 8 MiB, 0.97-0.98x)
 WRITE_ROWS = 4
 WRITE_ROWS_BYTES = 1 << 20
+#: unstaged fast-path forward tiles of one chunk, more than
+#: :data:`LANE_MAJOR_ROWS` rows and at most this many bytes (16-bit tiles,
+#: whose width :func:`tile_width` fits to 1 MiB of float32) take the next
+#: tile's max inside their write pass, a row of it per row written, asked
+#: for ahead as its own max pass would (:func:`_max_step`): that pass reads
+#: memory and little else, the write pass computes from L2, and run apart
+#: they do not overlap. p04 from memory, 2 threads, the kernel's own passes
+#: over every tile, cumulatively (``python benchmarks/column_memory.py``,
+#: Intel Xeon, LLVM rocketlake, three runs): max 0.68-0.69 ms, + sums
+#: 2.39-2.47, + write 4.37-4.65, and with the write taking the next tile's
+#: max 4.21-4.29; a copy 1.39, a read alone 0.73-0.75, streaming stores
+#: alone 0.75. In-process A/B
+#: (Intel Xeon, numpy out=, same bits, ``python
+#: benchmarks/ab_inprocess.py``): 8x16x384x384 axis 2 float16 1.02-1.07x
+#: (paired 1.03-1.10, five runs), bfloat16 1.02-1.09x in four runs, 0.92 in
+#: one; into the library's own output memory (4 KiB pages) a tie: float16
+#: 0.94, 1.05, 0.95, bfloat16 1.04, 1.01, 1.03 (paired 0.94-1.04, three
+#: runs). 4x512x64x64 axis 1 float16 1.01-1.05x, bfloat16 8x384x64x64
+#: 1.02-1.03x, float16 16x300x96x96 0.99-1.01x, bfloat16 32x320x32x32
+#: 0.99-1.00x, float16 4x2000x512 0.99x. Tiles of up to 256 rows (lane-major
+#: sums) lost: bfloat16 64x64x112x112 0.98x, 64x64x56x56 0.99x, float16
+#: 64x128x28x28 0.97x. Sums inlined into :func:`forward_tiles` instead of
+#: compiled apart (:func:`_tile_sums_of`) made p04 0.93-0.97x. Intel only.
+WRITE_PIPED_BYTES = 1 << 19
 #: accurate lane-major tiles of ``PIPED_LANE_ROWS[0] < n <=
 #: PIPED_LANE_ROWS[1]`` rows whose sums ask for the next tile
 #: (:data:`FETCH_TILE_BYTES`), in planes of two tiles or more, take the next
@@ -522,6 +546,19 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pf, pjn, a
     step ``sn``): :func:`.segment.chunk_stats` on every column."""
     wide_vectors()
     _tile_max(xb, p, sn, cl, jn, mc, ask)
+    _tile_sums(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pf, pjn)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _tile_sums_of(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
+    """:func:`_tile_stats` without the max (``mc`` given)."""
+    wide_vectors()
+    _tile_sums(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, -1, 0)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _tile_sums(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pf, pjn):
+    """The sums of :func:`_tile_stats`, by the loop that suits ``cl`` rows."""
     if cl <= LANE_MAJOR_ROWS:
         _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, pf, pjn, -1, 0, mc)
     else:
@@ -534,13 +571,21 @@ def _tile_max(xb, p, sn, cl, jn, mc, ask):
     tile streams through memory; ``ask``: the rows ahead asked for,
     :data:`_AHEAD`, :data:`_WIDE_AHEAD`)."""
     for k in range(cl):
-        if ask and jn > _AHEAD_COLS:
-            for j in range(0, jn, W):
-                prefetch_l2(xb, p + (k + _WIDE_AHEAD) * sn + j)
-        elif ask and k > 0:
-            for j in range(0, jn, W):
-                prefetch(xb, p + (k + _AHEAD) * sn + j)
-        _max_row(xb, p, sn, k, jn, mc)
+        _max_step(xb, p, sn, k, jn, mc, ask)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _max_step(xb, p, sn, k, jn, mc, ask):
+    """Row ``k`` of :func:`_tile_max` (``ask``: the row ahead asked for first),
+    which the write pass of a :data:`WRITE_PIPED_BYTES` tile also takes for
+    the next tile."""
+    if ask and jn > _AHEAD_COLS:
+        for j in range(0, jn, W):
+            prefetch_l2(xb, p + (k + _WIDE_AHEAD) * sn + j)
+    elif ask and k > 0:
+        for j in range(0, jn, W):
+            prefetch(xb, p + (k + _AHEAD) * sn + j)
+    _max_row(xb, p, sn, k, jn, mc)
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -877,6 +922,11 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     # runs), 64x64x112x112 1.01x, 32x64x224x224 0.99-1.00x; over 64 rows it
     # lost (64x144x56x56 0.93-0.94x)
     quiet_max = sums_fetch and n <= PIPED_LANE_ROWS[0]
+    # the next tile's max pass runs inside this tile's write pass
+    # (WRITE_PIPED_BYTES, measured on Intel only): unstaged fast-path tiles
+    # of one chunk over LANE_MAJOR_ROWS rows
+    wpiped = (not accurate and not staged and not piped and LANE_MAJOR_ROWS < n <= CHUNK and g[8] == 1
+              and n * J * xb.itemsize <= WRITE_PIPED_BYTES and not on_amd())
     for t in range(t0, t1):
         o, j0, jn = _tile_cols(t, ntile, J, ni, a)
         xbase, xsn, xsi = _tile_geom(g, 0, o, j0)
@@ -885,12 +935,12 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
         if staged:  # the copy takes the max on the way
             _stage_rows(xb, xbase, xsn, n, jn, xst, J, mc)
             src, xbase, xsn = xst, 0, J
-        if staged or piped:  # one chunk
+        if staged or piped or wpiped:  # one chunk
             pn, jn2 = -1, 0
-            if piped:
+            if piped or wpiped:
                 if t == t0:
                     _tile_max(xb, xbase, xsn, n, jn, mc, TRUE)
-                else:  # the max the last tile's sums took (copied: swapping
+                else:  # the max the last tile's sums (or write) took (copied: swapping
                     # the two rows instead made this kernel 0.92x, A/B)
                     for j in range(0, jn, W):
                         vstore(mc, j, vload(mn, j))
@@ -914,6 +964,8 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
                 _tile_sums_lane_piped(src, xbase, xsn, n, jn, acc32, acc64, mc, sc, pn, jn2, mn)
             elif staged and accurate and on_amd():
                 _tile_sums_lane_major(src, xbase, xsn, n, jn, accurate, acc32, acc64, mc, sc, -1, 0, -1, 0, mc)
+            elif wpiped:  # (the next tile's max goes to the write pass)
+                _tile_sums_of(src, xbase, xsn, n, jn, accurate, acc32, acc64, mc, sc, J)
             else:
                 _tile_sums_row_major(src, xbase, xsn, n, jn, accurate, acc32, acc64, mc, sc, J, pn, jn2, mn)
             _column_fixups(src, xbase, xsn, n, jn, mc, sc, m, s, True)
@@ -948,11 +1000,12 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
                 ot, q, qsn = ost, 0, J
             pf = -1  # the next tile's rows, asked into L2 while this one writes
             pjn = 0
-            if fetch and not sums_fetch and xsi == 1 and t + 1 < t1:
+            if fetch and not sums_fetch and not wpiped and xsi == 1 and t + 1 < t1:
                 o2, j2, pjn = _tile_cols(t + 1, ntile, J, ni, a)
                 pf, _psn, _psi = _tile_geom(g, 0, o2, j2)
+            wn = pn if wpiped else -1  # (one chunk: pn, jn2 are this tile's)
             _tile_write(buf, p, sn, ot, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la, ia,
-                        stream and osi == 1, pf, pjn)
+                        stream and osi == 1, pf, pjn, wn, jn2, mn)
             if osi != 1:
                 _stage_out(ost, ob, obase, osn, osi, c0, cl, jn, J)
     if stream:
@@ -977,14 +1030,18 @@ def _row_stream(ob, po, qsn, jn, stream):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la, ia, stream, pf, pjn):
+def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la, ia, stream, pf, pjn,
+                pn, jn2, mn):
     """Pass 2 on a chunk of a tile (:func:`.segment.write_forward` per
     column); ``stream``: each output row by streaming stores from its first
     64-byte boundary (ordinary ones before it and for its last partial
     vector; :func:`.segment.stream_head`). ``pf >= 0``: each row ``k``
     also asks for row ``k`` of the next tile, ``xb[pf + k * sn:][:pjn]``,
-    into L2 (:data:`FETCH_TILE_BYTES`). Streamed float32 rows go
-    :data:`WRITE_ROWS` a sweep where they can; the same values either way."""
+    into L2 (:data:`FETCH_TILE_BYTES`). ``pn >= 0``: each row ``k`` also
+    takes row ``k`` of the next tile (``jn2`` columns from ``xb[pn]``, as
+    many rows) into that tile's max ``mn`` (:data:`WRITE_PIPED_BYTES`).
+    Streamed float32 rows go :data:`WRITE_ROWS` a sweep where they can; the
+    same values either way."""
     wide_vectors()
     # forward_vec gets the loaded vectors, not the arrays: an inlined helper
     # taking six arrays made this kernel 5x slower when called from Python
@@ -1005,6 +1062,8 @@ def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la,
             for r in range(WRITE_ROWS):
                 px = p + (k + r) * sn
                 po = q + (k + r) * qsn
+                if pn >= 0:
+                    _max_step(xb, pn, sn, k + r, jn2, mn, TRUE)
                 if pf >= 0:
                     for i in range(0, pjn, 64 // xb.itemsize):
                         prefetch_l2(xb, pf + (k + r) * sn + i)
@@ -1033,6 +1092,8 @@ def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la,
     for k in range(k, cl):
         px = p + k * sn
         po = q + k * qsn
+        if pn >= 0:
+            _max_step(xb, pn, sn, k, jn2, mn, TRUE)
         if pf >= 0:
             for i in range(0, pjn, 64 // xb.itemsize):
                 prefetch_l2(xb, pf + k * sn + i)
