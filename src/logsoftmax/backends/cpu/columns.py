@@ -357,15 +357,17 @@ WRITE_ROWS_BYTES = 1 << 20
 #: alone 0.75. In-process A/B
 #: (Intel Xeon, numpy out=, same bits, ``python
 #: benchmarks/ab_inprocess.py``): 8x16x384x384 axis 2 float16 1.02-1.07x
-#: (paired 1.03-1.10, five runs), bfloat16 1.02-1.09x in four runs, 0.92 in
+#: (paired 1.03-1.10, six runs), bfloat16 1.03-1.09x in five runs, 0.92 in
 #: one; into the library's own output memory (4 KiB pages) a tie: float16
 #: 0.94, 1.05, 0.95, bfloat16 1.04, 1.01, 1.03 (paired 0.94-1.04, three
-#: runs). 4x512x64x64 axis 1 float16 1.01-1.05x, bfloat16 8x384x64x64
-#: 1.02-1.03x, float16 16x300x96x96 0.99-1.01x, bfloat16 32x320x32x32
+#: runs). 4x512x64x64 axis 1 float16 0.99-1.05x, bfloat16 8x384x64x64
+#: 1.02-1.03x, float16 16x300x96x96 0.99-1.00x, bfloat16 32x320x32x32
 #: 0.99-1.00x, float16 4x2000x512 0.99x. Tiles of up to 256 rows (lane-major
-#: sums) lost: bfloat16 64x64x112x112 0.98x, 64x64x56x56 0.99x, float16
+#: sums) lost: bfloat16 64x64x112x112 0.98x, 64x64x56x56 0.99-1.02x, float16
 #: 64x128x28x28 0.97x. Sums inlined into :func:`forward_tiles` instead of
-#: compiled apart (:func:`_tile_sums_of`) made p04 0.93-0.97x. Intel only.
+#: compiled apart (:func:`_tile_sums_of`) made p04 0.93-0.97x; the next
+#: tile's rows asked for a line at a time, not a vector, 0.85x. Intel only.
+#: (docs/performance.md, the twentieth Intel session.)
 WRITE_PIPED_BYTES = 1 << 19
 #: accurate lane-major tiles of ``PIPED_LANE_ROWS[0] < n <=
 #: PIPED_LANE_ROWS[1]`` rows whose sums ask for the next tile
