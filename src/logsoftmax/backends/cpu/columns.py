@@ -362,7 +362,10 @@ WRITE_ROWS_BYTES = 1 << 20
 #: 0.94, 1.05, 0.95, bfloat16 1.04, 1.01, 1.03 (paired 0.94-1.04, three
 #: runs). 4x512x64x64 axis 1 float16 0.99-1.05x, bfloat16 8x384x64x64
 #: 1.02-1.03x, float16 16x300x96x96 0.99-1.00x, bfloat16 32x320x32x32
-#: 0.99-1.00x, float16 4x2000x512 0.99x. Tiles of up to 256 rows (lane-major
+#: 0.99-1.00x, float16 4x2000x512 0.99x; streamed tiles, which asked for
+#: the next tile in their write pass instead (FETCH_TILE_BYTES): float16
+#: 8x512x64x64 1.00-1.01x, bfloat16 16x384x64x64 1.04x, 16x300x96x96
+#: 0.96-0.98x, float16 0.99x. Tiles of up to 256 rows (lane-major
 #: sums) lost: bfloat16 64x64x112x112 0.98x, 64x64x56x56 0.99-1.02x, float16
 #: 64x128x28x28 0.97x. Sums inlined into :func:`forward_tiles` instead of
 #: compiled apart (:func:`_tile_sums_of`) made p04 0.93-0.97x; the next
@@ -1005,7 +1008,7 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
             if fetch and not sums_fetch and not wpiped and xsi == 1 and t + 1 < t1:
                 o2, j2, pjn = _tile_cols(t + 1, ntile, J, ni, a)
                 pf, _psn, _psi = _tile_geom(g, 0, o2, j2)
-            wn = pn if wpiped else -1  # (one chunk: pn, jn2 are this tile's)
+            wn = pn if wpiped else -1  # (pn, jn2: the next tile's, set above)
             _tile_write(buf, p, sn, ot, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la, ia,
                         stream and osi == 1, pf, pjn, wn, jn2, mn)
             if osi != 1:
