@@ -10,7 +10,9 @@ memory, cumulatively, interleaved in one process:
 
 * ``max``: :func:`columns._tile_max` of every tile (rows asked for ahead, as
   the kernel's first tile does);
-* ``+ sums``: then each tile's sums (:func:`columns._tile_sums_of`);
+* ``+ sums``: then each tile's sums
+  (:func:`columns._tile_sums_row_major_apart`: the loop of columns of more
+  than ``columns.LANE_MAJOR_ROWS`` rows, the tiles this script is for);
 * ``+ write``: then its write pass (:func:`columns._tile_write`), one pass
   after the other, as the library did before the twentieth Intel session;
 * ``write-piped``: the first tile's max, then per tile the sums and a write
@@ -79,7 +81,7 @@ def _passes(xb, ob, outer, n, ni, J, upto, piped):
             if not piped or u == t0:
                 C._tile_max(xb, p, ni, n, jn, mc, TRUE)
             if upto >= 2:
-                C._tile_sums_of(xb, p, ni, n, jn, False, acc32, acc64, mc, sc, J)
+                C._tile_sums_row_major_apart(xb, p, ni, n, jn, False, acc32, acc64, mc, sc, J)
             if upto >= 3:
                 pn, jn2 = -1, 0
                 if piped and u + 1 < t1:

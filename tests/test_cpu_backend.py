@@ -527,7 +527,9 @@ def test_write_piped_tiles_give_the_bits_of_rows(dtype, n):
     for name, op in (("log_softmax", Op.LOG_SOFTMAX), ("softmax", Op.SOFTMAX)):
         want = np.moveaxis(_fwd(name, rows, 2), 2, 1)
         # (widths are multiples of W, tiles need not be)
-        for J in (J for J in (64, 80, 208) if n * J * dt.itemsize <= columns.WRITE_PIPED_BYTES):
+        widths = [J for J in (64, 80, 208) if n * J * dt.itemsize <= columns.WRITE_PIPED_BYTES]
+        assert columns.LANE_MAJOR_ROWS < n <= columns.CHUNK and widths  # the tiles that pipe
+        for J in widths:
             ntile = 3 * -(-ni // J)
             o = np.empty_like(x)
             lay = layout(x.shape, [x.strides, o.strides], [dt.itemsize] * 2, 1)

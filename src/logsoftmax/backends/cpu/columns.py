@@ -366,9 +366,10 @@ WRITE_ROWS_BYTES = 1 << 20
 #: the next tile in their write pass instead (FETCH_TILE_BYTES): float16
 #: 8x512x64x64 1.00-1.01x, bfloat16 16x384x64x64 1.04x, 16x300x96x96
 #: 0.96-0.98x, float16 0.99x. Tiles of up to 256 rows (lane-major
-#: sums) lost: bfloat16 64x64x112x112 0.98x, 64x64x56x56 0.99-1.02x, float16
-#: 64x128x28x28 0.97x. Sums inlined into :func:`forward_tiles` instead of
-#: compiled apart (:func:`_tile_sums_of`) made p04 0.93-0.97x; the next
+#: sums) tied or lost: bfloat16 64x64x112x112 0.98x, 64x64x56x56
+#: 0.99-1.02x, float16 64x128x28x28 0.97x. Sums inlined into
+#: :func:`forward_tiles` instead of compiled apart
+#: (:func:`_tile_sums_row_major_apart`) made p04 0.93-0.97x; the next
 #: tile's rows asked for a line at a time, not a vector, 0.85x. Intel only.
 #: (docs/performance.md, the twentieth Intel session.)
 WRITE_PIPED_BYTES = 1 << 19
@@ -551,19 +552,6 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pf, pjn, a
     step ``sn``): :func:`.segment.chunk_stats` on every column."""
     wide_vectors()
     _tile_max(xb, p, sn, cl, jn, mc, ask)
-    _tile_sums(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pf, pjn)
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def _tile_sums_of(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
-    """:func:`_tile_stats` without the max (``mc`` given)."""
-    wide_vectors()
-    _tile_sums(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, -1, 0)
-
-
-@njit(forceinline=True, error_model="numpy")
-def _tile_sums(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pf, pjn):
-    """The sums of :func:`_tile_stats`, by the loop that suits ``cl`` rows."""
     if cl <= LANE_MAJOR_ROWS:
         _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, pf, pjn, -1, 0, mc)
     else:
@@ -699,6 +687,15 @@ def _tile_sums_lane_piped(xb, p, sn, cl, jn, acc32, acc64, mc, sc, pn, jn2, mn):
     tile), against 1.04-1.08x and 1.08-1.13x so."""
     wide_vectors()
     _tile_sums_lane_major(xb, p, sn, cl, jn, TRUE, acc32, acc64, mc, sc, -1, 0, pn, jn2, mn)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _tile_sums_row_major_apart(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J):
+    """:func:`_tile_sums_row_major` (no next tile's max) compiled as a
+    function of its own, for the write-piped tiles (:data:`WRITE_PIPED_BYTES`):
+    inlined into :func:`forward_tiles` it made p04 0.93-0.97x."""
+    wide_vectors()
+    _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, -1, 0, mc)
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -970,7 +967,7 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
             elif staged and accurate and on_amd():
                 _tile_sums_lane_major(src, xbase, xsn, n, jn, accurate, acc32, acc64, mc, sc, -1, 0, -1, 0, mc)
             elif wpiped:  # (the next tile's max goes to the write pass)
-                _tile_sums_of(src, xbase, xsn, n, jn, accurate, acc32, acc64, mc, sc, J)
+                _tile_sums_row_major_apart(src, xbase, xsn, n, jn, accurate, acc32, acc64, mc, sc, J)
             else:
                 _tile_sums_row_major(src, xbase, xsn, n, jn, accurate, acc32, acc64, mc, sc, J, pn, jn2, mn)
             _column_fixups(src, xbase, xsn, n, jn, mc, sc, m, s, True)
