@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # 2 workers for the 2-core machine; override with `make test PYTEST_ARGS=...`
 PYTEST_ARGS ?= -n 2
 
-.PHONY: demo drop-in test test-slow test-all bench bench-all gpu-check clean
+.PHONY: demo drop-in test test-slow test-all bench bench-all gpu-check clean clean-kernels
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,5 +66,10 @@ gpu-check:
 	  OUT=$${OUT:-gpu-results} PYTHON=$(BIN)/python bash benchmarks/gpu_check.sh; \
 	fi
 
-clean:
+# numba keys a cached kernel on its own file's stamp only: after editing a
+# helper that kernels elsewhere inline (_vec.py, _math.py, _simd.py), clear it
+clean-kernels:
+	find src benchmarks -name '*.nb[ic]' -delete
+
+clean: clean-kernels
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache

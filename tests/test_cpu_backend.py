@@ -1204,12 +1204,8 @@ def test_exp32_within_one_ulp():
     assert got[4] == 0 and np.isposinf(got[5])
 
 
-def test_exp_f64_any_accuracy_and_range():
-    """The backward's float64 ``e**dst`` (``_math.exp_f64_any``): within
-    5.2e-11 of ``e**x`` from -708 up to where ``e**x`` overflows, exactly 0
-    below -708, ``inf`` from ``ln(DBL_MAX)`` on (the scaling's own overflow:
-    finite just below it, where an earlier cut at 709.78 said inf), NaN kept."""
-    from logsoftmax.backends.cpu._math import exp_f64_any
+def _apply_exp64(fn, x):
+    """``fn`` (a float64 vector ``exp`` of ``_math``) on every element of ``x``."""
     from logsoftmax.backends.cpu._simd import wide_vectors
     from logsoftmax.backends.cpu._vec import W, vload, vstore
 
@@ -1217,29 +1213,99 @@ def test_exp_f64_any_accuracy_and_range():
     def apply(x, out):
         wide_vectors()
         for k in range(0, x.size, W // 2):
-            vstore(out, k, exp_f64_any(vload(x, k)))
+            vstore(out, k, fn(vload(x, k)))
 
-    def run(x):
-        assert x.size % (W // 2) == 0  # whole vectors: the loop has no tail
-        out = np.empty_like(x)
-        apply(x, out)
-        return out
+    assert x.size % (W // 2) == 0  # whole vectors: the loop has no tail
+    out = np.empty_like(x)
+    apply(x, out)
+    return out
+
+
+def test_exp_f64_accuracy_and_range():
+    """The accurate forward's float64 terms (``_math.exp_f64``, ``2**y`` by
+    ``vreducepd``/``vscalefpd``, no clamp): within 2.1e-9 of ``e**x`` for
+    ``x <= 0`` down to where it is a denormal, exactly 1 at 0, 0 for
+    ``-inf`` and far below, NaN kept."""
+    from logsoftmax.backends.cpu._math import exp_f64
+
+    x = np.concatenate([np.linspace(-708, 0, 400_000), -np.logspace(-15, 0, 40_000),
+                        np.random.default_rng(11).uniform(-30, 0, 100_000)])
+    out = _apply_exp64(exp_f64, x)
+    assert np.max(np.abs(out / np.exp(x.astype(np.longdouble)) - 1)) < 2.1e-9
+    special = np.array([0.0, -0.0, -np.inf, np.nan, -745.2, -1e300, -720.0, -1.0])
+    got = _apply_exp64(exp_f64, special)
+    assert got[0] == 1 and got[1] == 1 and got[2] == 0 and np.isnan(got[3])
+    assert (got[4:6] == 0).all() and 0 < got[6] < np.finfo(np.float64).tiny
+    assert abs(got[7] * np.e - 1) < 2.1e-9
+
+
+def test_exp_f64_any_accuracy_and_range():
+    """The backward's float64 ``e**dst`` (``_math.exp_f64_any``): within
+    4.4e-11 of ``e**x`` (and ``y = x log2(e)``'s rounding, ``|x| 2**-53``)
+    from where it is a denormal up to where ``e**x`` overflows, 0 far below
+    and for ``-inf``, ``inf`` from ``ln(DBL_MAX)`` on (the scaling's own
+    overflow: finite just below it), NaN kept."""
+    from logsoftmax.backends.cpu._math import exp_f64_any
 
     x = np.concatenate([np.linspace(-708, 709.78, 400_000),
                         np.random.default_rng(9).uniform(-30, 0, 100_000)])
-    out = run(x)
+    out = _apply_exp64(exp_f64_any, x)
     ref = np.exp(x.astype(np.longdouble))
-    assert np.max(np.abs(out / ref - 1)) < 5.2e-11
+    assert (np.abs(out / ref - 1) < 4.4e-11 + np.abs(x) * 2.0 ** -53).all()
     big = np.log(np.finfo(np.float64).max)  # 709.782712893384
-    special = np.array([0.0, -0.0, -np.inf, np.inf, np.nan, -708.0000001, -745.2, -1e300,
+    special = np.array([0.0, -0.0, -np.inf, np.inf, np.nan, -745.2, -1e300, -720.0,
                         709.781, np.nextafter(big, 0) - 1e-12, big + 1e-12, 710.0, 1e300, 1.0,
                         -1.0, -2.0])
-    got = run(special)
+    got = _apply_exp64(exp_f64_any, special)
     assert got[0] == 1 and got[1] == 1 and got[2] == 0 and np.isposinf(got[3])
-    assert np.isnan(got[4]) and (got[5:8] == 0).all()
+    assert np.isnan(got[4]) and (got[5:7] == 0).all() and 0 < got[7] < np.finfo(np.float64).tiny
     assert np.isfinite(got[8:10]).all() and got[9] > 1.7976e308
     assert np.isposinf(got[10:13]).all()
-    assert abs(got[13] / np.e - 1) < 5.2e-11
+    assert abs(got[13] / np.e - 1) < 4.4e-11
+
+
+def test_exp_f32_sum_accuracy_and_range():
+    """The 16-bit fast path's terms (``_math.exp_f32_sum``, ``2**y`` split by
+    ``vreduceps``/``vscalefps``, no clamp): for ``x <= 0`` within 1.9e-7 of
+    ``e**x`` relative to the row's largest term (1), which also bounds the
+    relative error of the terms near it; exactly 1 at 0; 0 for ``-inf`` and
+    far below; a denormal, rounded once, where ``e**x`` is one; NaN kept."""
+    from logsoftmax.backends.cpu._math import exp_f32_sum
+    from logsoftmax.backends.cpu._simd import wide_vectors
+    from logsoftmax.backends.cpu._vec import W, vload, vstore
+
+    @numba.njit(error_model="numpy")
+    def apply(x, out):
+        wide_vectors()
+        for k in range(0, x.size, W):
+            vstore(out, k, exp_f32_sum(vload(x, k)))
+
+    def run(x):
+        assert x.size % W == 0  # whole vectors: the loop has no tail
+        out = np.empty_like(x)
+        apply(x, out)
+        return out.astype(np.float64)
+
+    rng = np.random.default_rng(10)
+    x = np.concatenate([np.linspace(-110, 0, 400_000), rng.uniform(-1, 0, 200_000),
+                        -np.logspace(-12, 0, 40_000)]).astype(np.float32)
+    ref = np.exp(x.astype(np.longdouble))
+    got = run(x)
+    assert np.max(np.abs(got - ref)) < 1.9e-7
+    near = x > -1  # terms near the largest: relative
+    assert np.max(np.abs(got[near] / ref[near] - 1)) < 1.9e-7
+    # far from 0, y = x log2(e)'s rounding (and log2(e)'s) cost up to
+    # 7.3e-8 |x| relative; below FLT_MIN, the one rounding to a denormal
+    far = x < -1
+    bound = 2.0 ** -150 + ref[far] * (1.5e-7 + 7.3e-8 * np.abs(x[far]))
+    assert (np.abs(got[far] - ref[far]) <= bound).all()
+    special = np.array([0.0, -0.0, -np.inf, np.nan, -104.0, -150.0, -1e30, -3.4e38,
+                        -87.0, -100.0, -1.0, -0.5, -6e-8, -1e-9, -20.0, -50.0], np.float32)
+    got = run(special)
+    assert got[0] == 1 and got[1] == 1 and got[2] == 0 and np.isnan(got[3])
+    assert (got[4:8] == 0).all()
+    assert 0 < got[9] < np.finfo(np.float32).tiny < got[8]  # a denormal, a normal
+    assert abs(got[10] / np.exp(-1.0) - 1) < 1.9e-7
 
 
 def test_bfloat16_store_correctly_rounded_every_class():
@@ -1535,6 +1601,13 @@ for dt in (np.float32, ml_dtypes.bfloat16, np.float16):
         for a in (y, sm, ls.log_softmax_backward(dd, y, axis),
                   ls.softmax_backward(dd, sm, axis), ls.logsumexp(x, axis)):
             h.update(np.ascontiguousarray(a).view(np.uint8).tobytes())
+# the 16-bit fast path's terms over their whole range: e**(x - m) from 1 down
+# to denormals and 0 (-inf, far below)
+for dt in (ml_dtypes.bfloat16, np.float16):
+    x = np.array([[0, -1, -87.5, -90, -100, -103.5, -104, -150, -1e4, -6e4, -np.inf, 3, 2.5, -0.001,
+                   -20, -50]], np.float32).astype(dt)
+    for a in (ls.log_softmax(x, 1), ls.softmax(x, 1), ls.logsumexp(x, 1), ls.log_softmax(x.T.copy(), 0)):
+        h.update(np.ascontiguousarray(a).view(np.uint8).tobytes())
 # the backward's exp at the ends of its range (float64 exp of dst: 0 below
 # -708, inf from where it overflows) against gradients of 0, +-inf and NaN
 dst = np.array([0.0, -700, -708.5, -745.5, 709.781, 709.79, 710, 1e30, -np.inf, np.inf, np.nan,

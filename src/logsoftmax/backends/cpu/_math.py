@@ -19,20 +19,29 @@ and ``docs/performance.md``):
   result normal). Results below ``FLT_MIN`` flush to 0 (they are 2**-126 of
   the row's largest term, invisible in a row sum and in every output's eps
   budget); ``-inf -> 0``, NaN -> NaN (any payload), ``x > 88.72 -> inf``.
-  14 operations per 16 lanes on AVX-512. :func:`exp_f32_sum` is its cheaper
-  sibling for the terms of a fast-path row sum (``x <= 0``: degree 5, a
-  clamp instead of the range tests; ~1.5 ulp, 11 operations).
-* :func:`exp_f64` -- float64, relative error 3.1e-9 (2**-28.3): the same
-  scheme in double (one-part ln 2 suffices: its error times ``|n| <= 1022``
-  stays below 1e-13), degree 6. The float32 kernels' accurate path uses it
-  on the exact float64 difference ``x - m`` of two float32 values: the
-  float32 result is then rounded once from a value ~2**-28 accurate, where
-  a float32 ``exp`` (1 ulp per term) left float32 log_softmax at 0.69-0.73
-  eps on short rows (API.md demands no worse than PyTorch; the test suite
-  holds it to 0.55). For ``x <= 0`` (row sums, pass 2 of softmax).
-  :func:`exp_f64_any` is degree 7 (5.2e-11) for any ``x`` (``inf`` where
-  ``e**x`` overflows): the backward's ``exp(dst)``, which ``|sum(diff_dst)|``
-  multiplies.
+  14 operations per 16 lanes on AVX-512. Its output is a result (softmax,
+  the backward's ``e**dst``), so it keeps the two-part reduction.
+* :func:`exp_f32_sum` -- the terms of a fast-path row sum (16-bit data,
+  ``x <= 0``), whose largest term is exactly 1: ``2**y`` for ``y = x
+  log2(e)`` rounded once, ``2**(y - floor(y))`` by a degree-5 polynomial
+  and the scaling by ``2**floor(y)`` (:func:`._vec.frac_pow2`,
+  :func:`._vec.times_pow2`: one ``vreduceps`` and one ``vscalefps`` on
+  AVX-512, the same bits elsewhere). ``y``'s rounding costs ``|x| 2**-24``
+  relative, which far from 0 exceeds an ulp, but ``|x| e**x <= 1/e``: no
+  term is off by more than 1.8e-7 of the largest. No clamp (``vscalefps``
+  gives denormals and 0 by itself): 8 operations, where the Cody-Waite
+  form took 11.
+* :func:`exp_f64` -- float64, relative error 2.1e-9 (2**-28.8): the
+  ``2**y`` scheme in double (``y``'s rounding is worth ``|x| 2**-53``:
+  nothing), degree 6, 9 operations per 8 lanes (11 for Cody-Waite). The
+  float32 kernels' accurate path uses it on the exact float64 difference
+  ``x - m`` of two float32 values: the float32 result is then rounded once
+  from a value ~2**-28 accurate, where a float32 ``exp`` (1 ulp per term)
+  left float32 log_softmax at 0.69-0.73 eps on short rows (API.md demands
+  no worse than PyTorch; the test suite holds it to 0.55). For ``x <= 0``
+  (row sums, pass 2 of softmax). :func:`exp_f64_any` is degree 7
+  (4.4e-11) for any ``x`` (``inf`` where ``e**x`` overflows: the scaling's
+  own): the backward's ``exp(dst)``, which ``|sum(diff_dst)|`` multiplies.
 * :func:`log_f64` -- float64 ``log`` to ~1 ulp, for row sums ``s >= 1`` (and
   0, inf, NaN): one implementation for every kernel, so a row and the same
   values as a column get the same bits (a libm ``log`` in one kernel and a
@@ -45,7 +54,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._vec import as_float, as_int, scale_pow2, scale_pow2_inf, vfma, where
+from ._vec import as_float, as_int, frac_pow2, scale_pow2, times_pow2, vfma, where
 
 __all__ = ["exp_f32", "exp_f32_sum", "exp_f64", "exp_f64_any", "log_f64"]
 
@@ -89,113 +98,114 @@ def exp_f32(x):
     return where(x > _OVER, _INF, y)
 
 
-# e**r ~ 1 + r (1 + r (S0 + r (S1 + r (S2 + r S3)))): 1.06e-7 (0.9 ulp)
-_S0 = _f32(0.499992311000824)
-_S1 = _f32(0.16667114198207855)
-_S2 = _f32(0.041890114545822144)
-_S3 = _f32(0.008312548510730267)
+# 2**f ~ 1 + f (P0 + f (P1 + f (P2 + f (P3 + f P4)))), 0 <= f < 1: relative
+# 8.2e-8 (a least-squares fit reweighted to equal ripple, 1 exact at f = 0),
+# 1.4e-7 with float32 Horner's roundings
+_P0 = _f32(0.6931513118153957)
+_P1 = _f32(0.24016445003508546)
+_P2 = _f32(0.05579991352046722)
+_P3 = _f32(0.009017029756601378)
+_P4 = _f32(0.001867130331958636)
 
 
 @njit(forceinline=True, error_model="numpy")
 def exp_f32_sum(x):
-    """float32 ``e**x`` for the terms of a row sum, ``x <= 0`` (or NaN), within
-    ~1.5 ulp: degree 5, and ``x`` clamped at -87.33 instead of tested, so
-    ``-inf`` gives ~1.2e-38 (FLT_MIN), not 0 -- invisible in a sum whose
-    largest term is exactly 1. 12 operations per 16 lanes (16 in
-    :func:`exp_f32`); the fast path's sums are exp-bound for 16-bit data.
+    """float32 ``e**x`` for the terms of a row sum, ``x <= 0`` (or NaN), as
+    ``2**y``, ``y = x log2(e)`` rounded once: ``2**f`` of its fraction ``f =
+    y - floor(y)`` (:func:`._vec.frac_pow2`, one ``vreduceps``) by a degree-5
+    polynomial, scaled by ``2**floor(y)`` (:func:`._vec.times_pow2`, one
+    ``vscalefps``, which takes the floor itself). 8 operations per 16 lanes
+    where the Cody-Waite form took 11 (a clamp, the rounding trick, a
+    two-part reduction): the fast path's sums are exp-bound for 16-bit
+    data.
+
+    Error: ``2**f`` within 1.4e-7 relative, plus ``y``'s rounding (up to
+    ``2**-24 |x|`` relative) and ``log2(e)``'s (``1.3e-8 |x|``). So a term
+    is within ``1.5e-7 e**x + 7.3e-8 |x| e**x`` (``tests/test_cpu_backend.py``),
+    and as ``|x| e**x <= 1/e``, no term is off by more than 1.8e-7 of the
+    row's largest term (exactly 1, at ``x = 0``), which is what a sum sees:
+    the old form's ~1.5 ulp. Exact
+    where it matters: ``e**0 = 1``. No clamp: ``-inf`` and everything below
+    ~-103.3 give 0, below -87.3 a denormal (rounded once), NaN gives NaN.
     Callers zero masked-off lanes themselves."""
-    x = where(x < _UNDER, _UNDER, x)  # NaN stays NaN (the compare is False)
-    t = vfma(x, _LOG2E, _MAGIC)
-    nf = t - _MAGIC
-    r = vfma(nf, _NLN2_LO, vfma(nf, _NLN2_HI, x))
-    p = vfma(_S3, r, _S2)
-    p = vfma(p, r, _S1)
-    p = vfma(p, r, _S0)
-    p = vfma(p, r, _ONE)
-    p = vfma(p, r, _ONE)
-    return scale_pow2(p, t, nf)
+    y = x * _LOG2E
+    f = frac_pow2(y)
+    p = vfma(_P4, f, _P3)
+    p = vfma(p, f, _P2)
+    p = vfma(p, f, _P1)
+    p = vfma(p, f, _P0)
+    p = vfma(p, f, _ONE)
+    return times_pow2(p, y)
 
 
 # -- float64 ---------------------------------------------------------------
 _LOG2E64 = 1.4426950408889634
-_NLN2_64 = -0.6931471805599453
 _MAGIC64 = 6755399441055744.0  # 1.5 * 2**52
 _MAGIC64_BITS = np.int64(0x4338000000000000)
-# e**r ~ 1 + r (1 + r (E0 + r (E1 + ... + r E4))), |r| <= ln2/2: 3.1e-9
-# (2**-28.3): the forward's float64 terms; a float32 log_softmax rounded
-# once from them is within 0.5 + 0.03 eps
+# 2**f ~ 1 + f (E0 + f (E1 + ... + f E5)), 0 <= f < 1: 2.1e-9 (2**-28.8;
+# least-squares reweighted to equal ripple, 1 exact at f = 0): the
+# forward's float64 terms; a float32 log_softmax rounded once from them is
+# within 0.5 + 0.03 eps
 _E = (
-    0.49999993451646163,
-    0.16666520689273687,
-    0.041668387373605384,
-    0.008368709876176599,
-    0.001381461267519394,
+    0.6931470444429508,
+    0.24022930555807864,
+    0.05548528058845635,
+    0.00967545163485346,
+    0.0012467845756323618,
+    0.00021612917541450282,
 )
-# one degree more (5.2e-11): the backward's e**dst, which |sum(diff_dst)|
+# one degree more (4.4e-11): the backward's e**dst, which |sum(diff_dst)|
 # (up to ~20 on short random rows) multiplies
 _D = (
-    0.5000000067646355,
-    0.16666665869416117,
-    0.041666295082823206,
-    0.008333497003360595,
-    0.001394464925092057,
-    0.00019790356920548828,
+    0.693147184344226,
+    0.24022640511621873,
+    0.05550502302047056,
+    0.009614283171233593,
+    0.0013419015743850087,
+    0.0001437720697601242,
+    2.1430617323953813e-05,
 )
-# below -708.39 the scale 2**n would leave the normal range (results there
-# are 1e-308 of a row's largest term: 0 to every float32 kernel)
-_UNDER64 = -708.0
-# past ln(DBL_MAX) (709.78): e**x overflows from a little below it on
-_CLAMP64 = 710.0
-
-
-@njit(forceinline=True, error_model="numpy")
-def _reduce64(x):
-    """``(t, nf, r)``: ``x = n ln2 + r``, ``n = nf``, also in the low bits of ``t``."""
-    t = vfma(x, _LOG2E64, _MAGIC64)
-    nf = t - _MAGIC64
-    return t, nf, vfma(nf, _NLN2_64, x)
 
 
 @njit(forceinline=True, error_model="numpy")
 def exp_f64(x):
-    """float64 ``e**x`` for ``x <= 0`` (or NaN), relative error < 3.1e-9;
-    ``x < -708`` (``-inf`` included) gives ``e**-708`` (~1e-308), which no
-    float32 kernel can tell from 0. 11 operations per 8 lanes on AVX-512."""
-    x = where(x < _UNDER64, _UNDER64, x)  # NaN stays NaN (the compare is False)
-    t, nf, r = _reduce64(x)
-    p = vfma(_E[4], r, _E[3])
-    p = vfma(p, r, _E[2])
-    p = vfma(p, r, _E[1])
-    p = vfma(p, r, _E[0])
-    p = vfma(p, r, 1.0)
-    p = vfma(p, r, 1.0)
-    return scale_pow2(p, t, nf)
+    """float64 ``e**x`` for ``x <= 0`` (or NaN), relative error < 2.1e-9, as
+    ``2**y``, ``y = x log2(e)`` (its rounding is worth ``|x| 2**-53``
+    relative, nothing at float32): ``2**f`` of ``f = y - floor(y)``
+    (:func:`._vec.frac_pow2`, one ``vreducepd``) by a degree-6 polynomial,
+    scaled by ``2**floor(y)`` (:func:`._vec.times_pow2`, one ``vscalefpd``).
+    9 operations per 8 lanes on AVX-512 (11 for the Cody-Waite form before,
+    with its clamp). ``e**0 = 1`` exactly; no clamp: denormals below -708.4,
+    0 below -745.2 and for ``-inf``; NaN gives NaN."""
+    y = x * _LOG2E64
+    f = frac_pow2(y)
+    p = vfma(_E[5], f, _E[4])
+    p = vfma(p, f, _E[3])
+    p = vfma(p, f, _E[2])
+    p = vfma(p, f, _E[1])
+    p = vfma(p, f, _E[0])
+    p = vfma(p, f, 1.0)
+    return times_pow2(p, y)
 
 
 @njit(forceinline=True, error_model="numpy")
 def exp_f64_any(x):
-    """float64 ``e**x`` for any ``x``, relative error < 5.2e-11; 0 below
-    -708, ``inf`` where ``e**x`` overflows (above ``ln(DBL_MAX)`` = 709.78;
-    ``x`` is clamped at 710, which overflows too).
-
-    The overflow is the scaling's own (:func:`._vec.scale_pow2_inf`) rather
-    than a test of ``x`` before and a select of ``inf`` after (AMD EPYC,
-    LLVM znver4): pass 2 of the float32 backward, ``d - e**y S``, alone in
-    cache on one thread (a scratch loop) 0.60-0.67 -> 0.53-0.59 ns per
-    element; in-process A/B of the short-row backward, 2 threads, 1.03-1.20x
-    (``docs/performance.md``, the seventh Zen 4 session). The same bits at
-    every ``x`` up to 709.78; above it, up to ``ln(DBL_MAX)``, the old cut
-    said ``inf`` where ``e**x`` is finite."""
-    xc = where(x > _CLAMP64, _CLAMP64, where(x < _UNDER64, _UNDER64, x))
-    t, nf, r = _reduce64(xc)
-    p = vfma(_D[5], r, _D[4])
-    p = vfma(p, r, _D[3])
-    p = vfma(p, r, _D[2])
-    p = vfma(p, r, _D[1])
-    p = vfma(p, r, _D[0])
-    p = vfma(p, r, 1.0)
-    p = vfma(p, r, 1.0)
-    return where(x < _UNDER64, 0.0, scale_pow2_inf(p, t, nf))
+    """float64 ``e**x`` for any ``x``, relative error < 4.4e-11 (plus ``y``'s
+    rounding, ``|x| 2**-53``): :func:`exp_f64` with a degree-7 polynomial.
+    ``inf`` where ``e**x`` overflows (the scaling's own: ``vscalefpd``
+    rounds past ``DBL_MAX`` to inf), denormals below -708.4, 0 below -745.2
+    and for ``-inf``, NaN for NaN. No range tests: 10 operations per 8
+    lanes where the Cody-Waite form took 14 (two clamps, a select)."""
+    y = x * _LOG2E64
+    f = frac_pow2(y)
+    p = vfma(_D[6], f, _D[5])
+    p = vfma(p, f, _D[4])
+    p = vfma(p, f, _D[3])
+    p = vfma(p, f, _D[2])
+    p = vfma(p, f, _D[1])
+    p = vfma(p, f, _D[0])
+    p = vfma(p, f, 1.0)
+    return times_pow2(p, y)
 
 
 # -- log -------------------------------------------------------------------

@@ -68,6 +68,8 @@ __all__ = [
     "as_float",
     "scale_pow2",
     "scale_pow2_inf",
+    "frac_pow2",
+    "times_pow2",
     "reduce_add",
     "reduce_max",
     "lo_f64",
@@ -946,65 +948,151 @@ def as_float(typingctx, v):
 _POW2 = {32: (0x4B400000, 23), 64: (0x4338000000000000, 52)}
 
 
-def _scale_pow2(name, overflow, doc):
-    """The intrinsic ``name``: :func:`scale_pow2` (``overflow`` False) or
-    :func:`scale_pow2_inf`."""
-
-    def _s(typingctx, p, t, nf):
-        vt = _shape(p, t, nf)
-        el = _same_elem(p, t, nf)
-        if el not in (types.float32, types.float64):
-            raise TypingError(f"{name}: float32 or float64 operands expected")
-        rt = vt if vt is not None else el
-
-        def codegen(context, builder, sig, args):
-            pv, tv, nv = (_promote(builder, a, ty, vt) for a, ty in zip(args, sig.args))
-            width = el.bitwidth
-            n = rt.count if isinstance(rt, Vec) else 1
-            if n * width == 512 and _target_has(context, "avx512f"):
-                suffix = "ps" if width == 32 else "pd"
-                fnty = ir.FunctionType(pv.type, [pv.type, pv.type, pv.type, ir.IntType(n), _I32])
-                fn = _declare(builder, f"llvm.x86.avx512.mask.scalef.{suffix}.512", fnty)
-                # all lanes (mask -1), current rounding mode (4): exact here
-                # anyway, and inf where the product overflows
-                return builder.call(fn, [pv, nv, ir.Constant(pv.type, ir.Undefined),
-                                         ir.Constant(ir.IntType(n), -1), ir.Constant(_I32, 4)])
-            it = ir.IntType(width)
-            ivt = ir.VectorType(it, n) if isinstance(rt, Vec) else it
-            magic, shift = _POW2[width]
-
-            def c(x):
-                return ir.Constant(ivt, [x] * n) if isinstance(rt, Vec) else ir.Constant(it, x)
-
-            expo = builder.shl(builder.sub(builder.bitcast(tv, ivt), c(magic)), c(shift))
-            bits = builder.add(builder.bitcast(pv, ivt), expo)
-            if overflow:  # an exponent field past the largest finite one: inf
-                inf = (1 << (width - 1)) - (1 << shift)  # 0x7F800000 / 0x7FF0...
-                bits = builder.select(builder.icmp_signed(">=", bits, c(inf)), c(inf), bits)
-            y = builder.bitcast(bits, pv.type)
-            return builder.select(builder.fcmp_unordered("uno", pv, pv), pv, y)
-
-        return rt(p, t, nf), codegen
-
-    _s.__name__, _s.__doc__ = name, doc
-    return intrinsic(_s)
-
-
-scale_pow2 = _scale_pow2("scale_pow2", False, """``p * 2**n`` for an integral
-    float ``nf = n`` that ``t`` also holds in its low mantissa bits (``t = nf
-    + 1.5 * 2**23``, or ``2**52`` for float64), ``p`` near 1 and ``p * 2**n``
-    normal (the callers clamp): exact.
+@intrinsic
+def scale_pow2(typingctx, p, t, nf):
+    """``p * 2**n`` for an integral float ``nf = n`` that ``t`` also holds in
+    its low mantissa bits (``t = nf + 1.5 * 2**23``, or ``2**52`` for
+    float64), ``p`` near 1 and ``p * 2**n`` normal (the callers clamp):
+    exact.
 
     On AVX-512 one ``vscalefps``/``vscalefpd`` of ``(p, nf)``. Elsewhere
     ``n`` is added to ``p``'s exponent field (3 integer operations); a NaN
     ``p`` is passed through as it is, as ``vscalef`` does (adding to the
     exponent field of a NaN with payload bits in ``t`` made it a finite
-    number). Same bits either way.""")
-scale_pow2_inf = _scale_pow2("scale_pow2_inf", True, """:func:`scale_pow2` for a
-    positive ``p`` whose product may also overflow: ``inf`` there
-    (``vscalef`` gives it by itself; elsewhere an exponent field past the
-    largest finite one is replaced by inf's, one compare and one select
-    more). ``p * 2**n`` must not underflow.""")
+    number). Same bits either way."""
+    vt = _shape(p, t, nf)
+    el = _same_elem(p, t, nf)
+    if el not in (types.float32, types.float64):
+        raise TypingError("scale_pow2: float32 or float64 operands expected")
+    rt = vt if vt is not None else el
+
+    def codegen(context, builder, sig, args):
+        pv, tv, nv = (_promote(builder, a, ty, vt) for a, ty in zip(args, sig.args))
+        width = el.bitwidth
+        n = rt.count if isinstance(rt, Vec) else 1
+        if n * width == 512 and _target_has(context, "avx512f"):
+            return _pow2_call(builder, "scalef", pv, nv)  # exact here anyway
+        it = ir.IntType(width)
+        ivt = ir.VectorType(it, n) if isinstance(rt, Vec) else it
+        magic, shift = _POW2[width]
+
+        def c(x):
+            return ir.Constant(ivt, [x] * n) if isinstance(rt, Vec) else ir.Constant(it, x)
+
+        expo = builder.shl(builder.sub(builder.bitcast(tv, ivt), c(magic)), c(shift))
+        y = builder.bitcast(builder.add(builder.bitcast(pv, ivt), expo), pv.type)
+        return builder.select(builder.fcmp_unordered("uno", pv, pv), pv, y)
+
+    return rt(p, t, nf), codegen
+
+
+def _pow2_vec_sig(name, *args):
+    if args[0] not in (F32x, F64x) or any(a != args[0] for a in args):
+        raise TypingError(f"{name}: float32 or float64 vectors (all alike) expected")
+    return args[0](*args)
+
+
+#: per float width: (the exponent's bias, the mantissa's width, a bound on
+#: |y| past which 2**y is 0 or inf anyway, halved for the two-step scaling)
+_POW2_FORMAT = {32: (127, 23, 250.0), 64: (1023, 52, 2000.0)}
+
+
+def _fwidth(vt):
+    """The bit width of float vector type ``vt``'s lanes."""
+    return 64 if isinstance(vt.element, ir.DoubleType) else 32
+
+
+def _pow2_call(builder, name, v, *extra):
+    """``llvm.x86.avx512.mask.<name>.p[sd].512`` on every lane of ``v``."""
+    n, width = v.type.count, _fwidth(v.type)
+    suffix = "ps" if width == 32 else "pd"
+    operands = [v, *extra]
+    fnty = ir.FunctionType(v.type, [o.type for o in operands] + [v.type, ir.IntType(n), _I32])
+    fn = _declare(builder, f"llvm.x86.avx512.mask.{name}.{suffix}.512", fnty)
+    # all lanes (mask -1), passthrough undefined, current rounding mode (4)
+    return builder.call(fn, [*operands, ir.Constant(v.type, ir.Undefined),
+                             ir.Constant(ir.IntType(n), -1), ir.Constant(_I32, 4)])
+
+
+def _clamp_y(builder, v):
+    """``y`` clamped to ``[-bound, bound]`` (:data:`_POW2_FORMAT`; NaN stays)."""
+    bound = _POW2_FORMAT[_fwidth(v.type)][2]
+    lo = ir.Constant(v.type, [-bound] * v.type.count)
+    hi = ir.Constant(v.type, [bound] * v.type.count)
+    v = builder.select(builder.fcmp_ordered("<", v, lo), lo, v)
+    return builder.select(builder.fcmp_ordered(">", v, hi), hi, v)
+
+
+def _floor(builder, v):
+    fn = _declare(builder, f"llvm.floor.{_iname(v.type)}", ir.FunctionType(v.type, [v.type]))
+    return builder.call(fn, [v])
+
+
+@intrinsic
+def frac_pow2(typingctx, y):
+    """``y - floor(y)``, in ``[0, 1)``, of a float32 or float64 vector: the
+    fraction that the ``exp`` of :mod:`._math` raise 2 to
+    (:func:`times_pow2` scales by ``2**floor(y)``). 0 for ``y = +-inf`` and
+    far out (past -250 / -2000 and their positive twins, where ``2**y`` is
+    0 or overflows anyway), NaN for NaN.
+
+    On AVX-512DQ one ``vreduceps``/``vreducepd`` (which gives 0 for an
+    infinity by itself). Elsewhere ``y`` is first clamped (to an integer:
+    fraction 0), then ``vroundps``/``vroundpd`` and a subtraction: the same
+    bits wherever the result matters."""
+    sig = _pow2_vec_sig("frac_pow2", y)
+
+    def codegen(context, builder, sig, args):
+        v = args[0]
+        if _target_has(context, "avx512dq"):
+            # imm 9: keep 0 fraction bits of the rounding, which is down
+            # (floor), no precision exception
+            return _pow2_call(builder, "reduce", v, ir.Constant(_I32, 9))
+        v = _clamp_y(builder, v)
+        return builder.fsub(v, _floor(builder, v))
+
+    return sig, codegen
+
+
+@intrinsic
+def times_pow2(typingctx, p, y):
+    """``p * 2**floor(y)`` rounded once (to nearest even: a denormal result
+    rounds like any other, one below half the least denormal is 0, one past
+    the largest finite is inf), for float32 or float64 vectors ``p`` in
+    ``[1, 2]`` (or NaN) and any ``y`` (``+-inf`` included): the scaling of
+    the ``exp`` of :mod:`._math` that take no clamp (unlike
+    :func:`scale_pow2`).
+
+    On AVX-512 one ``vscalefps``/``vscalefpd`` (which takes the floor
+    itself). Elsewhere ``y`` is clamped (NaN too: ``p`` carries the NaN),
+    ``n = floor(y)`` split into ``h = n >> 1`` and ``n - h``, each made a
+    power of two from its exponent bits (normal numbers), and ``p``
+    multiplied by the first (exact: the product stays normal) and by the
+    second (the one rounding): the same bits."""
+    sig = _pow2_vec_sig("times_pow2", p, y)
+
+    def codegen(context, builder, sig, args):
+        pv, yv = args
+        if _target_has(context, "avx512f"):
+            return _pow2_call(builder, "scalef", pv, yv)
+        count, width = pv.type.count, _fwidth(pv.type)
+        bias, shift, _ = _POW2_FORMAT[width]
+        ivt = ir.VectorType(ir.IntType(width), count)
+
+        def c(x):
+            return ir.Constant(ivt, [x] * count)
+
+        yv = _clamp_y(builder, yv)
+        yv = builder.select(builder.fcmp_unordered("uno", yv, yv), ir.Constant(yv.type, [0.0] * count), yv)
+        n = builder.fptosi(_floor(builder, yv), ivt)
+        h = builder.ashr(n, c(1))
+
+        def pow2(k):
+            return builder.bitcast(builder.shl(builder.add(k, c(bias)), c(shift)), pv.type)
+
+        return builder.fmul(builder.fmul(pv, pow2(h)), pow2(builder.sub(n, h)))
+
+    return sig, codegen
 
 
 # ---------------------------------------------------------------------------
