@@ -993,7 +993,8 @@ def _pow2_vec_sig(name, *args):
 
 
 #: per float width: (the exponent's bias, the mantissa's width, a bound on
-#: |y| past which 2**y is 0 or inf anyway, halved for the two-step scaling)
+#: |y| past which 2**y is 0 or inf anyway and whose half is still a normal
+#: power of two, for :func:`times_pow2`'s two steps)
 _POW2_FORMAT = {32: (127, 23, 250.0), 64: (1023, 52, 2000.0)}
 
 
@@ -1024,6 +1025,7 @@ def _clamp_y(builder, v):
 
 
 def _floor(builder, v):
+    """``llvm.floor`` of ``v`` (``vroundps``/``vroundpd``)."""
     fn = _declare(builder, f"llvm.floor.{_iname(v.type)}", ir.FunctionType(v.type, [v.type]))
     return builder.call(fn, [v])
 
@@ -1064,7 +1066,7 @@ def times_pow2(typingctx, p, y):
     :func:`scale_pow2`).
 
     On AVX-512 one ``vscalefps``/``vscalefpd`` (which takes the floor
-    itself). Elsewhere ``y`` is clamped (NaN too: ``p`` carries the NaN),
+    itself). Elsewhere ``y`` is clamped (a NaN ``y``, whose ``p`` is NaN, to 0),
     ``n = floor(y)`` split into ``h = n >> 1`` and ``n - h``, each made a
     power of two from its exponent bits (normal numbers), and ``p``
     multiplied by the first (exact: the product stays normal) and by the
