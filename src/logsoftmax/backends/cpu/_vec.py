@@ -67,7 +67,6 @@ __all__ = [
     "as_int",
     "as_float",
     "scale_pow2",
-    "scale_pow2_inf",
     "frac_pow2",
     "times_pow2",
     "reduce_add",
