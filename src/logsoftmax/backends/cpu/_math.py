@@ -98,14 +98,32 @@ def exp_f32(x):
     return where(x > _OVER, _INF, y)
 
 
-# 2**f ~ 1 + f (P0 + f (P1 + f (P2 + f (P3 + f P4)))), 0 <= f < 1: relative
+# 2**f ~ 1 + f (P[0] + f (P[1] + ... + f P[4])), 0 <= f < 1: relative
 # 8.2e-8 (a least-squares fit reweighted to equal ripple, 1 exact at f = 0:
 # ``python benchmarks/exp_fit.py``), 1.4e-7 with float32 Horner's roundings
-_P0 = _f32(0.6931513118153957)
-_P1 = _f32(0.24016445003508546)
-_P2 = _f32(0.05579991352046722)
-_P3 = _f32(0.009017029756601378)
-_P4 = _f32(0.001867130331958636)
+_P = (
+    _f32(0.6931513118153957),
+    _f32(0.24016445003508546),
+    _f32(0.05579991352046722),
+    _f32(0.009017029756601378),
+    _f32(0.001867130331958636),
+)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _exp_pow2(x, log2e, q, one):
+    """``e**x`` as ``2**floor(y) * 2**f``, ``y = x log2e`` rounded once and
+    ``f = y - floor(y)`` (:func:`._vec.frac_pow2`: one ``vreduce``), with
+    ``2**f = 1 + f (q[0] + f (q[1] + ...))`` by Horner's rule, an ``fma`` a
+    step, and the scaling's one rounding (:func:`._vec.times_pow2`: one
+    ``vscalef``): the scheme of :func:`exp_f32_sum`, :func:`exp_f64` and
+    :func:`exp_f64_any`, which differ in precision and degree only."""
+    y = x * log2e
+    f = frac_pow2(y)
+    p = vfma(q[-1], f, q[-2])
+    for i in range(len(q) - 3, -1, -1):  # unrolled: q is a constant tuple
+        p = vfma(p, f, q[i])
+    return times_pow2(vfma(p, f, one), y)
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -130,21 +148,14 @@ def exp_f32_sum(x):
     clamp: ``-inf`` and everything below ~-103.3 give 0, below -87.3 a
     denormal (rounded once), NaN gives NaN. Callers zero masked-off lanes
     themselves."""
-    y = x * _LOG2E
-    f = frac_pow2(y)
-    p = vfma(_P4, f, _P3)
-    p = vfma(p, f, _P2)
-    p = vfma(p, f, _P1)
-    p = vfma(p, f, _P0)
-    p = vfma(p, f, _ONE)
-    return times_pow2(p, y)
+    return _exp_pow2(x, _LOG2E, _P, _ONE)
 
 
 # -- float64 ---------------------------------------------------------------
 _LOG2E64 = 1.4426950408889634
 _MAGIC64 = 6755399441055744.0  # 1.5 * 2**52
 _MAGIC64_BITS = np.int64(0x4338000000000000)
-# 2**f ~ 1 + f (E0 + f (E1 + ... + f E5)), 0 <= f < 1: 2.1e-9 (2**-28.8;
+# 2**f ~ 1 + f (E[0] + f (E[1] + ... + f E[5])), 0 <= f < 1: 2.1e-9 (2**-28.8;
 # least-squares reweighted to equal ripple, 1 exact at f = 0): the
 # forward's float64 terms; a float32 log_softmax rounded once from them is
 # within 0.5 + 0.03 eps
@@ -179,15 +190,7 @@ def exp_f64(x):
     9 operations per 8 lanes on AVX-512 (11 for the Cody-Waite form before,
     with its clamp). ``e**0 = 1`` exactly; no clamp: denormals below -708.4,
     0 below -745.2 and for ``-inf``; NaN gives NaN."""
-    y = x * _LOG2E64
-    f = frac_pow2(y)
-    p = vfma(_E[5], f, _E[4])
-    p = vfma(p, f, _E[3])
-    p = vfma(p, f, _E[2])
-    p = vfma(p, f, _E[1])
-    p = vfma(p, f, _E[0])
-    p = vfma(p, f, 1.0)
-    return times_pow2(p, y)
+    return _exp_pow2(x, _LOG2E64, _E, 1.0)
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -198,16 +201,7 @@ def exp_f64_any(x):
     rounds past ``DBL_MAX`` to inf), denormals below -708.4, 0 below -745.2
     and for ``-inf``, NaN for NaN. No range tests: 10 operations per 8
     lanes where the Cody-Waite form took 14 (two clamps, a select)."""
-    y = x * _LOG2E64
-    f = frac_pow2(y)
-    p = vfma(_D[6], f, _D[5])
-    p = vfma(p, f, _D[4])
-    p = vfma(p, f, _D[3])
-    p = vfma(p, f, _D[2])
-    p = vfma(p, f, _D[1])
-    p = vfma(p, f, _D[0])
-    p = vfma(p, f, 1.0)
-    return times_pow2(p, y)
+    return _exp_pow2(x, _LOG2E64, _D, 1.0)
 
 
 # -- log -------------------------------------------------------------------

@@ -1033,14 +1033,15 @@ def _floor(builder, v):
 def frac_pow2(typingctx, y):
     """``y - floor(y)``, in ``[0, 1)``, of a float32 or float64 vector: the
     fraction that the ``exp`` of :mod:`._math` raise 2 to
-    (:func:`times_pow2` scales by ``2**floor(y)``). 0 for ``y = +-inf`` and
-    far out (past -250 / -2000 and their positive twins, where ``2**y`` is
-    0 or overflows anyway), NaN for NaN.
+    (:func:`times_pow2` scales by ``2**floor(y)``). 0 for ``y = +-inf``,
+    NaN for NaN.
 
     On AVX-512DQ one ``vreduceps``/``vreducepd`` (which gives 0 for an
-    infinity by itself). Elsewhere ``y`` is first clamped (to an integer:
-    fraction 0), then ``vroundps``/``vroundpd`` and a subtraction: the same
-    bits wherever the result matters."""
+    infinity by itself). Elsewhere ``y`` is first clamped to +-250 (float32)
+    or +-2000 (float64), integers, so the fraction past them is 0 where
+    ``vreduce``'s need not be; ``2**y`` there is 0 or inf either way, so the
+    ``exp`` has the same bits. Then ``vroundps``/``vroundpd`` and a
+    subtraction."""
     sig = _pow2_vec_sig("frac_pow2", y)
 
     def codegen(context, builder, sig, args):
