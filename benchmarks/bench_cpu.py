@@ -75,6 +75,12 @@ Usage::
     python benchmarks/bench_cpu.py --quick         # ~1 minute subset, prints only
     python benchmarks/bench_cpu.py --only 's*,p08' --no-first-call
     python benchmarks/bench_cpu.py --all --repeat 9 --threads 2
+    python benchmarks/bench_cpu.py --avx2          # as an AVX2-only CPU: its own section
+
+``--avx2`` re-runs the script with numba building the kernels for LLVM
+``haswell`` without AVX-512 and PyTorch on its AVX2 kernels
+(:func:`common.avx2_only_env`): this machine standing in for an AVX2-only
+CPU (issue 10 asks for speed there too), in a section of its own.
 """
 
 from __future__ import annotations
@@ -95,9 +101,17 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+if "--avx2" in sys.argv[1:] and "NUMBA_CPU_NAME" not in os.environ:
+    # numba and PyTorch read these when they are imported: run afresh
+    from common import avx2_only_env
+
+    os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]],
+              {**os.environ, **avx2_only_env()})
+
+import numpy as np  # noqa: E402
+
 from common import (  # noqa: E402
     Problem,
     add3,
@@ -703,7 +717,8 @@ def _prose(text: str, bullet: bool = False) -> str:
 def write_docs(results, fc, info, ctx) -> None:
     """Rewrite this CPU's section of docs/performance.md (inserted after the
     SECTIONS anchor, newest first, if the CPU has none yet), its plot, and
-    the targets summary at the top of the page."""
+    the targets summary at the top of the page (not for a stand-in build,
+    ``--avx2``: it has a section of its own and leaves the summary be)."""
     key, s, date = info["key"], slug(info["key"]), ctx["date"]
     anchor = f"cpu-{s}"
     img = f"img/cpu_bandwidth_{s}.png"
@@ -720,6 +735,13 @@ def write_docs(results, fc, info, ctx) -> None:
         _prose(f"- CPU: {info['model']}, LLVM host CPU `{info['llvm']}`, "
                f"{info['cpus']} logical CPUs; {info['isa']}; transparent huge pages "
                f"{info['thp']}.", bullet=True),
+        *([_prose(f"- Built for `{info['built']}`: our kernels compiled for LLVM "
+                  f"`{info['built']}` with the features above, PyTorch's kernels "
+                  f"{ctx['torch_isa']} (`python benchmarks/bench_cpu.py --avx2`). This "
+                  "CPU stands in for one without AVX-512 (its ports and clocks stay): "
+                  "read the ratios to PyTorch, not the times, and as an estimate until "
+                  "measured on such a CPU.", bullet=True)]
+          if info["built"] else []),
         _prose(f"- Software: Python {platform.python_version()}, numpy "
                f"{np.__version__}, numba {ctx['numba']}, PyTorch {ctx['torch']}, SciPy "
                f"{ctx['scipy']}; {ctx['threads']} threads for numba and PyTorch "
@@ -762,6 +784,9 @@ def write_docs(results, fc, info, ctx) -> None:
         lines += [f"![CPU bandwidth, {key}]({img})", ""]
     lines.append(f"<!-- bench_cpu.py:cpu:{s}:end -->")
     replace_block(DOC, lines[0], lines[-1], "\n".join(lines), anchor=SECTIONS)
+    if info["built"]:  # a stand-in build: the summary stays the native run's
+        print(f"wrote {DOC.relative_to(ROOT)} ({key}) and {img}", file=sys.stderr)
+        return
 
     summary = [
         SUMMARY_BEGIN,
@@ -804,6 +829,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--procs", type=int, default=5,
                     help="fresh processes per variant for --first-call")
     ap.add_argument("--no-write", action="store_true", help="don't update docs/")
+    ap.add_argument("--avx2", action="store_true",
+                    help="stand in for an AVX2-only CPU: our kernels built for LLVM haswell "
+                         "without AVX-512, PyTorch's AVX2 kernels (common.avx2_only_env); "
+                         "writes a section of its own")
     args = ap.parse_args(argv)
     repeat = args.repeat or (3 if args.quick else 7)
     first_call = (args.first_call if args.first_call is not None
@@ -852,6 +881,8 @@ def main(argv: list[str] | None = None) -> int:
         "cmd": shlex.join(["python", "benchmarks/bench_cpu.py", *argv]),
         "numba": numba.__version__,
         "torch": getattr(torch, "__version__", "not installed"),
+        "torch_isa": (torch.backends.cpu.get_cpu_capability() if torch is not None
+                      else "not installed"),
         "scipy": sys.modules["scipy"].__version__ if scipy_special else "not installed",
         "threads": args.threads,
         "repeat": repeat,

@@ -263,6 +263,25 @@ def _read(path: str) -> str:
         return ""
 
 
+def avx2_only_env() -> dict:
+    """The environment that makes this machine stand in for an AVX2-only
+    x86 CPU (Zen 2/3, Haswell to Alder Lake): numba compiles for LLVM's
+    ``haswell`` with this CPU's features minus AVX-512, AMX and AVX10
+    (``NUMBA_CPU_NAME``, ``NUMBA_CPU_FEATURES``; numba keys its cache on
+    both, so these kernels compile apart from the native ones), and PyTorch
+    runs its AVX2 kernels (``ATEN_CPU_CAPABILITY=avx2``). Vector ports and
+    clocks stay this CPU's, so the ratios against PyTorch, not the times,
+    are what carries over to a real AVX2 machine."""
+    import llvmlite.binding as llvm
+
+    feats = [
+        "-" + f[1:] if f.startswith("+") and any(k in f for k in ("avx512", "amx", "avx10")) else f
+        for f in llvm.get_host_cpu_features().flatten().split(",")
+    ]
+    return {"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": ",".join(feats),
+            "ATEN_CPU_CAPABILITY": "avx2"}
+
+
 def cpu_info() -> dict:
     """The machine a table was measured on.
 
@@ -281,7 +300,8 @@ def cpu_info() -> dict:
         import llvmlite.binding as llvm
 
         host = llvm.get_host_cpu_name()
-        feats = {f[1:] for f in llvm.get_host_cpu_features().flatten().split(",") if f[:1] == "+"}
+        feats = numba.config.CPU_FEATURES or llvm.get_host_cpu_features().flatten()
+        feats = {f[1:] for f in feats.split(",") if f[:1] == "+"}
     except Exception:  # no llvmlite: fall back to the kernel's flag names
         host = "?"
         flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines()
@@ -306,13 +326,16 @@ def cpu_info() -> dict:
         words = _read(f"/sys/kernel/mm/transparent_hugepage/{name}").split()
         return next((w[1:-1] for w in words if w.startswith("[")), "?")
 
+    # numba compiling for another CPU than the host (avx2_only_env)
+    built = numba.config.CPU_NAME if numba.config.CPU_NAME not in (None, host) else None
     return {
         "model": model,
         "llvm": host,
         "isa": isa,
         "cpus": os.cpu_count(),
         "thp": f"enabled={thp('enabled')}, defrag={thp('defrag')}",
-        "key": f"{model} (LLVM {host})",
+        "key": f"{model} (LLVM {host})" + (f", built for {built}" if built else ""),
+        "built": built,
     }
 
 

@@ -1636,8 +1636,30 @@ for dd in (np.zeros(16, np.float32), np.full(16, -0.0, np.float32), np.linspace(
     for shape in ((1, 16), (3, 16)):
         a = ls.log_softmax_backward(np.broadcast_to(dd, shape).copy(), np.broadcast_to(dst, shape).copy())
         h.update(a.view(np.uint8).tobytes())
+# the accurate float32 path's float64 terms at the ends of theirs: x - m from
+# 0 down past -708 (denormal terms) and -745 (0) to -inf
+x = np.array([[0, -1, -700, -708.5, -720, -745, -746, -800, -1e4, -np.inf, 2.0, -0.25]], np.float32)
+for a in (ls.log_softmax(x, 1), ls.softmax(x, 1), ls.logsumexp(x, 1), ls.log_softmax(x.T.copy(), 0)):
+    h.update(np.ascontiguousarray(a).view(np.uint8).tobytes())
 print(h.hexdigest())
 """
+
+
+def _avx2_env():
+    """``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES`` for an AVX2 build on this
+    machine (LLVM ``haswell``, its features minus AVX-512, AMX and AVX10);
+    skips where the CPU has no AVX2."""
+    import llvmlite.binding as llb
+
+    flags = open("/proc/cpuinfo").read() if sys.platform == "linux" else ""
+    if " avx2" not in flags:
+        pytest.skip("no AVX2 here")
+    feats = [
+        "-" + f[1:] if f.startswith("+") and any(k in f for k in ("avx512", "amx", "avx10"))
+        else f
+        for f in llb.get_host_cpu_features().flatten().split(",")
+    ]
+    return {"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": ",".join(feats)}
 
 
 @pytest.mark.slow
@@ -1647,14 +1669,6 @@ def test_avx2_build_gives_the_same_bits(tmp_path):
     lane, so an AVX2 build (``NUMBA_CPU_NAME=haswell`` with this CPU's
     features minus AVX-512/AMX, compiled into a fresh cache) gives the same
     bits as this machine's build."""
-    import os
-
-    import llvmlite.binding as llb
-
-    flags = open("/proc/cpuinfo").read() if sys.platform == "linux" else ""
-    if " avx2" not in flags:
-        pytest.skip("no AVX2 here")
-
     def digest(env):
         run = subprocess.run(
             [sys.executable, "-c", _DIGEST],
@@ -1666,18 +1680,66 @@ def test_avx2_build_gives_the_same_bits(tmp_path):
         )
         return run.stdout.strip()
 
-    feats = [
-        "-" + f[1:] if f.startswith("+") and any(k in f for k in ("avx512", "amx", "avx10"))
-        else f
-        for f in llb.get_host_cpu_features().flatten().split(",")
-    ]
-    native = digest({})
-    avx2 = digest({
-        "NUMBA_CPU_NAME": "haswell",
-        "NUMBA_CPU_FEATURES": ",".join(feats),
-        "NUMBA_CACHE_DIR": str(tmp_path),
-    })
-    assert native == avx2
+    env = {**_avx2_env(), "NUMBA_CACHE_DIR": str(tmp_path)}
+    assert digest({}) == digest(env)
+
+
+_AVX2_ASM = """
+import hashlib, re, sys
+import numpy as np
+from numba import njit
+from logsoftmax.backends.cpu._math import exp_f32, exp_f32_sum, exp_f64, exp_f64_any, log_f64
+from logsoftmax.backends.cpu._simd import wide_vectors
+from logsoftmax.backends.cpu._vec import W, vload, vstore
+
+def kernel(fn, step):
+    @njit(error_model="numpy")
+    def k(a, o):
+        wide_vectors()
+        for i in range(0, a.shape[0], step):
+            vstore(o, i, fn(vload(a, i)))
+    return k
+
+# every function over its range: denormal results, 0, overflow, +-inf, NaN
+grid = np.r_[np.linspace(-800, 800, 40001), -745.2, -708.4, -103.3, -87.4, 88.8, 709.79,
+             np.ldexp(1.0, np.arange(-1074, 1024, 7)), 0.0, -0.0, np.inf, -np.inf, np.nan]
+grid = np.r_[grid, np.zeros(-len(grid) % 16)]
+for fn, dt in ((exp_f32, np.float32), (exp_f32_sum, np.float32), (exp_f64, np.float64),
+               (exp_f64_any, np.float64), (log_f64, np.float64)):
+    k = kernel(fn, W if dt == np.float32 else W // 2)
+    a = grid.astype(dt)
+    o = np.empty_like(a)
+    k(-np.abs(a) if fn in (exp_f32_sum, exp_f64) else a, o)
+    asm = next(iter(k.inspect_asm().values()))
+    scalar = re.findall(r"cvtt?s[sd]2si|cvtsi2s[sd]|vpextr[dq]|vpinsr[dq]", asm)
+    digest = hashlib.sha256(o.view(np.uint8).tobytes()).hexdigest()[:16]
+    print(fn.__name__, len(scalar), "zmm" in asm, "ymm" in asm, digest)
+"""
+
+
+def test_avx2_build_keeps_the_math_in_vectors():
+    """An AVX2 build (``NUMBA_CPU_NAME=haswell``, AVX-512 off) of every
+    ``exp`` and ``log`` of :mod:`._math` stays in ``ymm`` vectors: no lane
+    goes through a scalar conversion or an extract/insert. AVX2 converts
+    doubles to int32 but not to int64: a 64-bit conversion in the AVX2 form
+    of ``times_pow2`` became 8 scalar ``cvttsd2si`` a vector, which made the
+    float64 paths 1.4-1.6x slower there (docs/performance.md). And it gives
+    this machine's bits over each function's whole range (denormals, 0,
+    overflow, infinities, NaN), which the kernels' digest above cannot see
+    where a float32 output rounds a float64 term away."""
+    env = {**os.environ, **_avx2_env(), "NUMBA_DISABLE_CACHE": "1"}
+
+    def run(env):
+        out = subprocess.run([sys.executable, "-c", _AVX2_ASM], env=env, capture_output=True,
+                             text=True, timeout=600, check=True).stdout
+        return [ln.split() for ln in out.strip().splitlines()]
+
+    avx2 = run(env)
+    native = run({**os.environ, "NUMBA_DISABLE_CACHE": "1"})
+    assert [ln[0] for ln in avx2] == ["exp_f32", "exp_f32_sum", "exp_f64", "exp_f64_any", "log_f64"]
+    for (name, scalar, zmm, ymm, digest), mine in zip(avx2, native):
+        assert (scalar, zmm, ymm) == ("0", "False", "True"), (name, scalar, zmm, ymm)
+        assert digest == mine[4], name
 
 
 def _resident(addr, pages):
