@@ -1093,8 +1093,9 @@ def times_pow2(typingctx, p, y):
     by the first (exact: the product stays normal) and by the second (the
     one rounding): the same bits. Floats throughout, no integer conversion
     (AVX2 has none from double to int64: a 64-bit ``fptosi`` became 8 scalar
-    ``cvttsd2si`` and 8 inserts per vector, 1.22-1.38x slower on the
-    float64 paths, and the conversion to int32 with its shifts still cost
+    ``cvttsd2si`` and 8 inserts per vector: the float64 paths ran 1.4-1.6x
+    slower than with this form, in-process A/B of an AVX2 build,
+    docs/performance.md; a conversion to int32 with its shifts still cost
     ~5 operations more than these). A NaN ``y`` comes with a NaN ``p``,
     which the products keep."""
     sig = _pow2_vec_sig("times_pow2", p, y)
