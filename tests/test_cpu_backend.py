@@ -1726,7 +1726,9 @@ def test_avx2_build_keeps_the_math_in_vectors():
     float64 paths 1.4-1.6x slower there (docs/performance.md). And it gives
     this machine's bits over each function's whole range (denormals, 0,
     overflow, infinities, NaN), which the kernels' digest above cannot see
-    where a float32 output rounds a float64 term away."""
+    where a float32 output rounds a float64 term away. The grid's vectors
+    of 8 or 16 neighbours take both of the AVX2 form's branches
+    (``_vec.pow2_normal``: every lane normal, or not)."""
     env = {**os.environ, **_avx2_env(), "NUMBA_DISABLE_CACHE": "1"}
 
     def run(env):

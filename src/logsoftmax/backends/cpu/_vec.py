@@ -68,7 +68,10 @@ __all__ = [
     "as_float",
     "scale_pow2",
     "frac_pow2",
+    "frac_pow2_normal",
+    "pow2_normal",
     "times_pow2",
+    "times_pow2_normal",
     "reduce_add",
     "reduce_max",
     "lo_f64",
@@ -1059,21 +1062,26 @@ def frac_pow2(typingctx, y):
             # imm 9: keep 0 fraction bits of the rounding, which is down
             # (floor), no precision exception
             return _pow2_call(builder, "reduce", v, ir.Constant(_I32, 9))
-        v = _clamp_y(builder, v)
-        n = _floor(builder, v)
-        f = builder.fsub(v, n)
-        # vreduce rounds this difference as its imm says, down, where fsub
-        # rounds to nearest. Inexact only for y in (-1, 0) (n = -1; Sterbenz
-        # elsewhere): there Fast2Sum's v - (f + n) is the exact error, and
-        # where f came out above the exact difference, it takes the float
-        # just below (the bits less 1; f > 0 there)
-        err = builder.fsub(v, builder.fadd(f, n))
-        ivt = ir.VectorType(ir.IntType(_fwidth(v.type)), v.type.count)
-        zero = ir.Constant(v.type, [0.0] * v.type.count)
-        less = builder.sext(builder.fcmp_ordered("<", err, zero), ivt)
-        return builder.bitcast(builder.add(builder.bitcast(f, ivt), less), v.type)
+        return _frac_down(builder, _clamp_y(builder, v))
 
     return sig, codegen
+
+
+def _frac_down(builder, v):
+    """``v - floor(v)`` rounded down, as ``vreduce`` with imm 9 gives it, for
+    finite ``v`` (or NaN)."""
+    n = _floor(builder, v)
+    f = builder.fsub(v, n)
+    # vreduce rounds this difference as its imm says, down, where fsub
+    # rounds to nearest. Inexact only for y in (-1, 0) (n = -1; Sterbenz
+    # elsewhere): there Fast2Sum's v - (f + n) is the exact error, and
+    # where f came out above the exact difference, it takes the float
+    # just below (the bits less 1; f > 0 there)
+    err = builder.fsub(v, builder.fadd(f, n))
+    ivt = ir.VectorType(ir.IntType(_fwidth(v.type)), v.type.count)
+    zero = ir.Constant(v.type, [0.0] * v.type.count)
+    less = builder.sext(builder.fcmp_ordered("<", err, zero), ivt)
+    return builder.bitcast(builder.add(builder.bitcast(f, ivt), less), v.type)
 
 
 @intrinsic
@@ -1104,25 +1112,80 @@ def times_pow2(typingctx, p, y):
         pv, yv = args
         if _target_has(context, "avx512f"):
             return _pow2_call(builder, "scalef", pv, yv)
-        count, width = pv.type.count, _fwidth(pv.type)
-        bias, shift, _ = _POW2_FORMAT[width]
-        ivt = ir.VectorType(ir.IntType(width), count)
-
-        def fc(x):
-            return ir.Constant(pv.type, [x] * count)
-
-        def pow2(k):
-            # 2**k for an integral float k, 1 - bias <= k <= bias: adding
-            # 1.5 * 2**mantissa + bias leaves k + bias in the low bits, the
-            # shift moves them into the exponent field and drops the rest
-            t = builder.bitcast(builder.fadd(k, fc(1.5 * 2.0**shift + bias)), ivt)
-            return builder.bitcast(builder.shl(t, ir.Constant(ivt, [shift] * count)), pv.type)
-
+        bias = _POW2_FORMAT[_fwidth(pv.type)][0]
         n = _floor(builder, _clamp_y(builder, yv))
-        lo, hi = fc(float(1 - bias)), fc(float(bias))
+        lo, hi = _fconst(pv.type, 1 - bias), _fconst(pv.type, bias)
         n1 = builder.select(builder.fcmp_ordered("<", n, lo), lo, n)
         n1 = builder.select(builder.fcmp_ordered(">", n1, hi), hi, n1)
-        return builder.fmul(builder.fmul(pv, pow2(n1)), pow2(builder.fsub(n, n1)))
+        return builder.fmul(builder.fmul(pv, _pow2(builder, n1)), _pow2(builder, builder.fsub(n, n1)))
+
+    return sig, codegen
+
+
+def _fconst(vt, x):
+    return ir.Constant(vt, [float(x)] * vt.count)
+
+
+def _pow2(builder, k):
+    """``2**k`` for an integral float vector ``k``, ``1 - bias <= k <= bias``:
+    adding ``1.5 * 2**mantissa + bias`` leaves ``k + bias`` in the low bits,
+    the shift moves them into the exponent field and drops the rest."""
+    width = _fwidth(k.type)
+    bias, shift, _ = _POW2_FORMAT[width]
+    ivt = ir.VectorType(ir.IntType(width), k.type.count)
+    t = builder.bitcast(builder.fadd(k, _fconst(k.type, 1.5 * 2.0**shift + bias)), ivt)
+    return builder.bitcast(builder.shl(t, ir.Constant(ivt, [shift] * k.type.count)), k.type)
+
+
+@intrinsic
+def pow2_normal(typingctx, y):
+    """Whether every lane of ``y`` has ``2**floor(y)`` normal, so that
+    :func:`frac_pow2_normal` and :func:`times_pow2_normal` may stand for
+    :func:`frac_pow2` and :func:`times_pow2` (no clamp, one power of two,
+    one exact product; the same bits). Always False on AVX-512, where the
+    two are one instruction each (the branch on it folds away); on AVX2
+    two compares and a mask test against ~8 operations a vector saved."""
+    if y not in (F32x, F64x):
+        raise TypingError("pow2_normal: a float32 or float64 vector expected")
+
+    def codegen(context, builder, sig, args):
+        v = args[0]
+        if _target_has(context, "avx512f"):
+            return ir.Constant(ir.IntType(1), 0)
+        bias = _POW2_FORMAT[_fwidth(v.type)][0]
+        ok = builder.and_(builder.fcmp_ordered(">=", v, _fconst(v.type, 1 - bias)),
+                          builder.fcmp_ordered("<", v, _fconst(v.type, bias + 1)))
+        fnty = ir.FunctionType(ir.IntType(1), [ok.type])
+        return builder.call(_declare(builder, f"llvm.vector.reduce.and.v{v.type.count}i1", fnty), [ok])
+
+    return types.boolean(y), codegen
+
+
+@intrinsic
+def frac_pow2_normal(typingctx, y):
+    """:func:`frac_pow2` where :func:`pow2_normal` holds (no clamp)."""
+    sig = _pow2_vec_sig("frac_pow2_normal", y)
+
+    def codegen(context, builder, sig, args):
+        if _target_has(context, "avx512dq"):
+            return _pow2_call(builder, "reduce", args[0], ir.Constant(_I32, 9))
+        return _frac_down(builder, args[0])
+
+    return sig, codegen
+
+
+@intrinsic
+def times_pow2_normal(typingctx, p, y):
+    """:func:`times_pow2` where :func:`pow2_normal` holds: ``p`` times one
+    normal power of two, exact (``p`` in ``[1, 2]``; 2 * 2**bias overflows to
+    inf, as ``vscalef`` rounds it)."""
+    sig = _pow2_vec_sig("times_pow2_normal", p, y)
+
+    def codegen(context, builder, sig, args):
+        pv, yv = args
+        if _target_has(context, "avx512f"):
+            return _pow2_call(builder, "scalef", pv, yv)
+        return builder.fmul(pv, _pow2(builder, _floor(builder, yv)))
 
     return sig, codegen
 
