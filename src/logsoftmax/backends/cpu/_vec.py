@@ -1017,13 +1017,17 @@ def _pow2_call(builder, name, v, *extra):
                              ir.Constant(ir.IntType(n), -1), ir.Constant(_I32, 4)])
 
 
+def _clamp(builder, v, lo, hi):
+    """``v`` clamped to ``[lo, hi]`` lane by lane (NaN stays)."""
+    lo, hi = _fconst(v.type, lo), _fconst(v.type, hi)
+    v = builder.select(builder.fcmp_ordered("<", v, lo), lo, v)
+    return builder.select(builder.fcmp_ordered(">", v, hi), hi, v)
+
+
 def _clamp_y(builder, v):
     """``y`` clamped to ``[-bound, bound]`` (:data:`_POW2_FORMAT`; NaN stays)."""
     bound = _POW2_FORMAT[_fwidth(v.type)][2]
-    lo = ir.Constant(v.type, [-bound] * v.type.count)
-    hi = ir.Constant(v.type, [bound] * v.type.count)
-    v = builder.select(builder.fcmp_ordered("<", v, lo), lo, v)
-    return builder.select(builder.fcmp_ordered(">", v, hi), hi, v)
+    return _clamp(builder, v, -bound, bound)
 
 
 def _floor(builder, v):
@@ -1054,7 +1058,11 @@ def frac_pow2(typingctx, y):
     in the last bit (``test_avx2_build_keeps_the_math_in_vectors``: 1, 4 and
     3 results of its ~40,000 for ``exp_f32_sum``, ``exp_f64``,
     ``exp_f64_any``), which the kernels' digest had not caught."""
-    sig = _pow2_vec_sig("frac_pow2", y)
+    return _pow2_vec_sig("frac_pow2", y), _frac_codegen(clamp=True)
+
+
+def _frac_codegen(clamp):
+    """:func:`frac_pow2`'s code (``clamp`` False: :func:`frac_pow2_normal`'s)."""
 
     def codegen(context, builder, sig, args):
         v = args[0]
@@ -1062,9 +1070,9 @@ def frac_pow2(typingctx, y):
             # imm 9: keep 0 fraction bits of the rounding, which is down
             # (floor), no precision exception
             return _pow2_call(builder, "reduce", v, ir.Constant(_I32, 9))
-        return _frac_down(builder, _clamp_y(builder, v))
+        return _frac_down(builder, _clamp_y(builder, v) if clamp else v)
 
-    return sig, codegen
+    return codegen
 
 
 def _frac_down(builder, v):
@@ -1106,23 +1114,28 @@ def times_pow2(typingctx, p, y):
     docs/performance.md; a conversion to int32 with its shifts still cost
     ~5 operations more than these). A NaN ``y`` comes with a NaN ``p``,
     which the products keep."""
-    sig = _pow2_vec_sig("times_pow2", p, y)
+    return _pow2_vec_sig("times_pow2", p, y), _times_codegen(normal=False)
+
+
+def _times_codegen(normal):
+    """:func:`times_pow2`'s code (``normal``: :func:`times_pow2_normal`'s)."""
 
     def codegen(context, builder, sig, args):
         pv, yv = args
         if _target_has(context, "avx512f"):
             return _pow2_call(builder, "scalef", pv, yv)
+        if normal:
+            return builder.fmul(pv, _pow2(builder, _floor(builder, yv)))
         bias = _POW2_FORMAT[_fwidth(pv.type)][0]
         n = _floor(builder, _clamp_y(builder, yv))
-        lo, hi = _fconst(pv.type, 1 - bias), _fconst(pv.type, bias)
-        n1 = builder.select(builder.fcmp_ordered("<", n, lo), lo, n)
-        n1 = builder.select(builder.fcmp_ordered(">", n1, hi), hi, n1)
+        n1 = _clamp(builder, n, 1 - bias, bias)
         return builder.fmul(builder.fmul(pv, _pow2(builder, n1)), _pow2(builder, builder.fsub(n, n1)))
 
-    return sig, codegen
+    return codegen
 
 
 def _fconst(vt, x):
+    """The float vector constant of type ``vt`` with ``x`` in every lane."""
     return ir.Constant(vt, [float(x)] * vt.count)
 
 
@@ -1144,7 +1157,8 @@ def pow2_normal(typingctx, y):
     :func:`frac_pow2` and :func:`times_pow2` (no clamp, one power of two,
     one exact product; the same bits). Always False on AVX-512, where the
     two are one instruction each (the branch on it folds away); on AVX2
-    two compares and a mask test against ~8 operations a vector saved."""
+    two compares and a mask test against ~8 operations a vector saved
+    (counted in the IR emitted here)."""
     if y not in (F32x, F64x):
         raise TypingError("pow2_normal: a float32 or float64 vector expected")
 
@@ -1164,14 +1178,7 @@ def pow2_normal(typingctx, y):
 @intrinsic
 def frac_pow2_normal(typingctx, y):
     """:func:`frac_pow2` where :func:`pow2_normal` holds (no clamp)."""
-    sig = _pow2_vec_sig("frac_pow2_normal", y)
-
-    def codegen(context, builder, sig, args):
-        if _target_has(context, "avx512dq"):
-            return _pow2_call(builder, "reduce", args[0], ir.Constant(_I32, 9))
-        return _frac_down(builder, args[0])
-
-    return sig, codegen
+    return _pow2_vec_sig("frac_pow2_normal", y), _frac_codegen(clamp=False)
 
 
 @intrinsic
@@ -1179,15 +1186,7 @@ def times_pow2_normal(typingctx, p, y):
     """:func:`times_pow2` where :func:`pow2_normal` holds: ``p`` times one
     normal power of two, exact (``p`` in ``[1, 2]``; 2 * 2**bias overflows to
     inf, as ``vscalef`` rounds it)."""
-    sig = _pow2_vec_sig("times_pow2_normal", p, y)
-
-    def codegen(context, builder, sig, args):
-        pv, yv = args
-        if _target_has(context, "avx512f"):
-            return _pow2_call(builder, "scalef", pv, yv)
-        return builder.fmul(pv, _pow2(builder, _floor(builder, yv)))
-
-    return sig, codegen
+    return _pow2_vec_sig("times_pow2_normal", p, y), _times_codegen(normal=True)
 
 
 # ---------------------------------------------------------------------------
