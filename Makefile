@@ -47,8 +47,9 @@ BENCH_ARGS ?=
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_cpu.py $(BENCH_ARGS)
 
-## bench-all: every benchmark script (CPU, autograd, adapters, graph, dask); slow
+## bench-all: every benchmark script (CPU, shapes beside the set, autograd, adapters, graph, dask); slow
 bench-all: bench
+	$(BIN)/python benchmarks/every_size.py
 	$(BIN)/python benchmarks/bench_autograd.py
 	$(BIN)/python benchmarks/bench_adapters.py
 	$(BIN)/python benchmarks/bench_graph.py

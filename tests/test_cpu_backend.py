@@ -736,6 +736,34 @@ def test_column_tiles_even_nchw56():
     assert columns.tile_width(64, 12544) == 976  # 112x112: 13 x 976, not 12 x 1024 + 256
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=dtypes.name_of)
+def test_one_tile_of_columns_split_between_threads(dtype):
+    """1000x100 axis 0 (one 100-column tile at the cache's width) is cut into
+    narrower tiles where the call runs on 2 threads (``_split_tiles``), with
+    the same bits as on one thread and as the rows of its transposed copy."""
+    from logsoftmax.backends import cpu
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("one numba thread")
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((1000, 100)) * 3).astype(dtype)
+    d = rng.standard_normal((1000, 100)).astype(dtype)
+    y = CPU.log_softmax(x, 0, None, np.dtype(dtype))
+    ref = bits(CPU.log_softmax(np.ascontiguousarray(x.T), 1, None, np.dtype(dtype)).T)
+    ref_b = bits(CPU.log_softmax_backward(np.ascontiguousarray(d.T), np.ascontiguousarray(y.T), 1,
+                                          None, np.dtype(dtype)).T)
+    threads = numba.get_num_threads()
+    try:
+        for t in (1, 2):
+            numba.set_num_threads(t)
+            assert (cpu._split_tiles(112, 1000, 100, 1, 100_000) < 112) == (t == 2)
+            assert np.array_equal(bits(CPU.log_softmax(x, 0, None, np.dtype(dtype))), ref), t
+            got = CPU.log_softmax_backward(d, y, 0, None, np.dtype(dtype))
+            assert np.array_equal(bits(got), ref_b), t
+    finally:
+        numba.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("dtype", [F32, F64], ids=dtypes.name_of)
 def test_split_row_in_place_bit_identical(dtype):
     """A long row split over threads gives the same bits in place as out of
@@ -1612,7 +1640,7 @@ import logsoftmax as ls
 rng = np.random.default_rng(3)
 h = hashlib.sha256()
 for dt in (np.float32, ml_dtypes.bfloat16, np.float16):
-    for shape, axis in (((37, 300), 1), ((300, 37), 0), ((3, 9000), 1), ((5, 40, 7), 1)):
+    for shape, axis in (((37, 300), 1), ((300, 37), 0), ((3, 9000), 1), ((5, 40, 7), 1), ((4, 3, 37), 1)):
         x = (rng.standard_normal(shape) * 3).astype(dt)
         dd = rng.standard_normal(shape).astype(dt)
         y = ls.log_softmax(x, axis)

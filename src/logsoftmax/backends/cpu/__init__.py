@@ -76,6 +76,13 @@ __all__ = ["CpuBackend", "SERIAL_MAX"]
 #: core took 5-8 ms (one scheduler slice). Below 2**16 the serial kernel
 #: loses at most ~0.1 ms and never stalls.
 SERIAL_MAX = 1 << 16
+#: few-row columns (:mod:`.fewrows`) go parallel from ``SERIAL_MAX >> 1``
+#: elements: their work per element is 2-4x a row's. In-process A/B against
+#: ``SERIAL_MAX`` (Intel Xeon, LLVM rocketlake, numpy out=, same bits):
+#: 16x3x32x32 float32 forward 1.45x, backward 1.37x; bfloat16 1.61x /
+#: 1.28x; 4x10x32x32 1.26x / 1.36x; from 2**14 on not always (8x2x32x32
+#: 1.12x / 1.01x, 2x16x32x32 float16 0.93x)
+FEW_SHIFT = 1
 
 _F64 = dtypes.float64
 _F32 = dtypes.float32
@@ -142,14 +149,39 @@ def _strips():
     return strips
 
 
+def _few():
+    """The few-row column kernels (:mod:`.fewrows`), deferred as :func:`_k`'s."""
+    from . import fewrows
+
+    return fewrows
+
+
 def _threads() -> int:
     import numba
 
     return numba.get_num_threads()
 
 
-def _serial(size: int) -> bool:
-    return size < SERIAL_MAX or _threads() == 1
+def _serial(size: int, shift: int = 0) -> bool:
+    return size < SERIAL_MAX >> shift or _threads() == 1
+
+
+def _split_tiles(J, n, ni, planes, size):
+    """Tile width ``J``, narrowed where a parallel call has fewer tiles than
+    threads: 1000x100 axis 0 was one tile of 100 columns, so one thread.
+    The width does not change the bits (:func:`.columns.tile_width`). In-process A/B
+    (Intel Xeon, LLVM rocketlake, numpy out=, same bits), forward /
+    backward: 1000x100 axis 0 float32 1.42x / 1.13x, 4000x120 1.29x /
+    2.10x, 500x200 bfloat16 1.27x / 1.29x; 2000x60 keeps its one tile (a
+    tile is at least 64 columns)."""
+    threads = _threads()
+    if size < SERIAL_MAX or threads == 1 or planes * -(-ni // J) >= threads:
+        return J
+    from ._vec import W
+    from .columns import tile_width
+
+    share = -(-ni // threads)
+    return tile_width(n, ni, 1 << 20, -(-share // W) * W)
 
 
 def _usable(a: np.ndarray) -> np.ndarray:
@@ -196,17 +228,18 @@ def _flat(a, st):
     return f if st is None else f.view(st)
 
 
-def _small_call(run, mod, name, size, shape, in_dt, dtype, g, args):
-    """``run`` for big calls; small ones (under ``SERIAL_MAX``) call the
-    serial kernel ``mod.name`` directly on flat views (looked up per call:
-    tests swap kernels and ``SERIAL_MAX`` at run time). Its ``into``: the
-    same for an ``out`` the front door has not checked (:mod:`.into`)."""
+def _small_call(run, mod, name, size, shape, in_dt, dtype, g, args, shift=0):
+    """``run`` for big calls; small ones (under ``SERIAL_MAX >> shift``)
+    call the serial kernel ``mod.name`` directly on flat views (looked up
+    per call: tests swap kernels and ``SERIAL_MAX`` at run time). Its
+    ``into``: the same for an ``out`` the front door has not checked
+    (:mod:`.into`); None past that size (the general path then runs)."""
     sx = None if storage_dtype(in_dt) == in_dt else storage_dtype(in_dt)
     so = None if storage_dtype(dtype) == dtype else storage_dtype(dtype)
     entry, tail = _entry(name, args)
 
     def small(x, out):
-        if size >= SERIAL_MAX:
+        if size >= SERIAL_MAX or (shift and size >= SERIAL_MAX >> shift):
             return run(x, out)
         res = np.empty(shape, dtype) if out is None else out
         if sx is so is None:  # ravel inline: two calls of _flat cost ~0.1 us
@@ -224,18 +257,28 @@ def _small_call(run, mod, name, size, shape, in_dt, dtype, g, args):
             done = entry(x.view(sx), out.view(so), g, *tail)
         return out if done else None
 
-    small.into = into
+    small.into = _below(into, size, shift)
     return small
 
 
-def _small_call2(run, mod, name, size, shape, in_dt, dtype, g, args):
+def _below(into, size, shift):
+    """``into``, or where ``shift`` lowers the serial size (few-row
+    columns), ``into`` returning None from ``SERIAL_MAX >> shift`` elements
+    on: the general path then runs the parallel kernel. (A test in ``into``
+    itself cost the row calls' fixed cost ~1-3%, in-process A/B.)"""
+    if not shift:
+        return into
+    return lambda *args: None if size >= SERIAL_MAX >> shift else into(*args)
+
+
+def _small_call2(run, mod, name, size, shape, in_dt, dtype, g, args, shift=0):
     """:func:`_small_call` for the backward (two inputs)."""
     sx = None if storage_dtype(in_dt) == in_dt else storage_dtype(in_dt)
     so = None if storage_dtype(dtype) == dtype else storage_dtype(dtype)
     entry, tail = _entry(name, args)
 
     def small(d, y, out):
-        if size >= SERIAL_MAX:
+        if size >= SERIAL_MAX or (shift and size >= SERIAL_MAX >> shift):
             return run(d, y, out)
         res = np.empty(shape, dtype) if out is None else out
         if sx is so is None:
@@ -253,7 +296,7 @@ def _small_call2(run, mod, name, size, shape, in_dt, dtype, g, args):
             done = entry(d.view(sx), y.view(sx), out.view(so), g, *tail)
         return out if done else None
 
-    small.into = into
+    small.into = _below(into, size, shift)
     return small
 
 
@@ -358,14 +401,27 @@ class CpuBackend(Backend):
         size = x.size
 
         strips = _strips()
+        few = _few()
+        fewp = False
         if lay.inner:
             # (also the serial kernel of small contiguous calls: same bits)
             staged = columns.stages(lay.g, x.itemsize, dtype.itemsize)
             fast16 = x.itemsize == 2 and not accurate
             J = columns.tile_width_for(n, ni, False, _threads(), staged=staged, fast16=fast16)
+            J = _split_tiles(J, n, ni, n1 * n2, size)
             tiles = n1 * n2 * -(-ni // J)
+            fewp = few.takes_few_rows(lay.g)
 
-        if lay.inner and strips.takes_strips(lay.g, x.itemsize, dtype.itemsize, accurate):
+        if fewp:
+
+            def kernel(xb, ob, g):
+                if _serial(size, FEW_SHIFT):
+                    few.forward_few(xb, ob, g, op, accurate, J, 0, -1)
+                else:
+                    nt = min(tiles, _threads())
+                    few.forward_few_parallel(xb, ob, g, op, accurate, J, nt)
+
+        elif lay.inner and strips.takes_strips(lay.g, x.itemsize, dtype.itemsize, accurate):
 
             def kernel(xb, ob, g):
                 if _serial(size):
@@ -412,11 +468,13 @@ class CpuBackend(Backend):
         # docs/performance.md). Big ones are unaffected (`run`).
         if lay.inner:
             args = (op, accurate, J, 0, -1)
-            mod, name = columns, "forward_tiles"
+            mod, name = (few, "forward_few") if fewp else (columns, "forward_tiles")
         else:
             args = (op, accurate, 0, nrows)
             mod, name = rows, "forward_short" if short else "forward_range"
-        return _small_call(run, mod, name, size, x.shape, x.dtype, dtype, lay.g, args)
+        return _small_call(
+            run, mod, name, size, x.shape, x.dtype, dtype, lay.g, args, FEW_SHIFT if fewp else 0
+        )
 
     # -- backward ---------------------------------------------------------------
     def backward(self, op, diff_dst, dst, axis, out, dtype):
@@ -477,12 +535,25 @@ class CpuBackend(Backend):
         size = diff_dst.size
 
         strips = _strips()
+        few = _few()
+        fewp = False
         if lay.inner:
             # (also the serial kernel of small contiguous calls: same bits)
             J = columns.tile_width_for(n, ni, True, _threads(), n1 * n2)
+            J = _split_tiles(J, n, ni, n1 * n2, size)
             tiles = n1 * n2 * -(-ni // J)
+            fewp = few.takes_backward_few_rows(lay.g)
 
-        if lay.inner and strips.takes_backward_strips(lay.g, diff_dst.itemsize, dst.itemsize, dtype.itemsize):
+        if fewp:
+
+            def kernel(db, yb, ob, g):
+                if _serial(size, FEW_SHIFT):
+                    few.backward_few(db, yb, ob, g, op, accurate, J, 0, -1)
+                else:
+                    nt = min(tiles, _threads())
+                    few.backward_few_parallel(db, yb, ob, g, op, accurate, J, nt)
+
+        elif lay.inner and strips.takes_backward_strips(lay.g, diff_dst.itemsize, dst.itemsize, dtype.itemsize):
 
             def kernel(db, yb, ob, g):
                 if _serial(size):
@@ -530,12 +601,12 @@ class CpuBackend(Backend):
             return run
         if lay.inner:
             args = (op, accurate, J, 0, -1)
-            mod, name = columns, "backward_tiles"
+            mod, name = (few, "backward_few") if fewp else (columns, "backward_tiles")
         else:
             args = (op, accurate, 0, nrows)
             mod, name = rows, "backward_short" if short else "backward_range"
         return _small_call2(
-            run, mod, name, size, diff_dst.shape, diff_dst.dtype, dtype, lay.g, args
+            run, mod, name, size, diff_dst.shape, diff_dst.dtype, dtype, lay.g, args, FEW_SHIFT if fewp else 0
         )
 
     # -- unusual layouts and float64 -------------------------------------------

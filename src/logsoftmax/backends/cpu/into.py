@@ -44,15 +44,17 @@ from __future__ import annotations
 from numba import njit, types
 from numba.extending import overload
 
-from . import columns, rows
+from . import columns, fewrows, rows
 
 __all__ = [
     "forward_short",
     "forward_range",
     "forward_tiles",
+    "forward_few",
     "backward_short",
     "backward_range",
     "backward_tiles",
+    "backward_few",
 ]
 
 
@@ -129,9 +131,11 @@ def _entry2(kernel):
 _forward_short = _entry1(rows.forward_short)
 _forward_range = _entry1(rows.forward_range)
 _forward_tiles = _entry1(columns.forward_tiles)
+_forward_few = _entry1(fewrows.forward_few)
 _backward_short = _entry2(rows.backward_short)
 _backward_range = _entry2(rows.backward_range)
 _backward_tiles = _entry2(columns.backward_tiles)
+_backward_few = _entry2(fewrows.backward_few)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -154,6 +158,12 @@ def forward_tiles(x, out, g, op, accurate, a, b, c):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
+def forward_few(x, out, g, op, accurate, a, b, c):
+    """:func:`.fewrows.forward_few`, as :func:`forward_short`."""
+    return _forward_few(x, out, g, op, accurate, a, b, c)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def backward_short(d, y, out, g, op, accurate, a, b, c):
     """:func:`.rows.backward_short` on whole arrays, as :func:`forward_short`."""
     return _backward_short(d, y, out, g, op, accurate, a, b, c)
@@ -169,3 +179,9 @@ def backward_range(d, y, out, g, op, accurate, a, b, c):
 def backward_tiles(d, y, out, g, op, accurate, a, b, c):
     """:func:`.columns.backward_tiles`, as :func:`backward_short`."""
     return _backward_tiles(d, y, out, g, op, accurate, a, b, c)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def backward_few(d, y, out, g, op, accurate, a, b, c):
+    """:func:`.fewrows.backward_few`, as :func:`backward_short`."""
+    return _backward_few(d, y, out, g, op, accurate, a, b, c)

@@ -1,0 +1,357 @@
+"""Columns of a few rows (NCHW ``axis=1`` with 2-16 channels): every pass of a strip from L1.
+
+A segmentation model's log_softmax runs over its classes, ``axis=1`` of an
+``N x C x H x W`` array with ``C`` from 2 to ~20: columns of a few rows,
+``H * W`` of them a plane. The column tiles (:mod:`.columns`) are built for
+columns of tens to thousands of rows. Their per-column work outside the
+vector loops (statistics through scalar loops, a merge per column, the
+``log`` as a pass of its own) cost more than the arithmetic where a column
+holds 3 elements: 16x3x32x32 axis 1 float32 took 1.6 ns an element, 4x
+PyTorch's time (``python benchmarks/every_size.py``; Intel Xeon, LLVM
+rocketlake; docs/performance.md, the twenty-third session).
+
+Here the columns go a *strip* (``W = 16`` columns) at a time, and a strip
+of ``n`` rows (at most 16 x 64 bytes) stays in L1 through its passes. The
+forward takes a *block* of :data:`BLOCK` strips at a time: each strip's
+max and sums (lane-major, into float64 lanes on the accurate path and
+float32 ones on the fast path), then the block's ``log s`` (or ``1/s``)
+in one loop, then pass 2 a row of the block at a time. The backward: each
+strip's sums of ``diff_dst``, then pass 2 a row of the block at a time.
+Measured while building it (one thread in cache, or in-process A/B):
+
+* a ``log`` at the end of each strip made the strip wait for it (a
+  ~25-operation dependent chain): 0.93-1.00 ns an element at 3 rows
+  against 0.73-0.77 with the logs of 8 strips in one loop;
+* pass 2 strip by strip read and wrote ``n`` rows a plane's row apart,
+  often in one L1 set: the backward then lost to the tiles from 12 rows
+  on (0.70-0.74x at 19-21 rows); a row of the block at a time (8 lines of
+  each row) gained 1.04-1.09x there;
+* with ``accurate`` a variable inside the inlined strip statistics the
+  forward ran 1.5-1.7x slower than with the flag a literal of each call
+  (:func:`forward_few` branches once, outside); for the backward's pass 2
+  the same split made it 1.2-1.4x slower, so that loop stays as it is.
+
+The same bits as :func:`.columns.forward_tiles` and
+:func:`.columns.backward_tiles` (so as the rows): the max is exact in any
+order; the sums go lane-major, row ``k`` into lane ``k % LANES64`` (float64
+terms), ``k % LANES32`` (float32 terms) or ``k % GRAD_LANES`` (the
+backward's), from 0, the lanes added by :func:`.columns._lane_tree`;
+all--inf columns get a sum of 0 (NaN if they hold a NaN); the fast path's
+``m`` and ``log s`` are rounded to float32 once; pass 2 is
+:func:`.segment.forward_vec` / :func:`.columns._grad_vec`. The kernels take
+the tiles' arguments and tiles (``J`` columns of one plane,
+:func:`.columns.line_shift`), so a plan swaps one for the other, and
+stream their output where the tiles would.
+
+When (:func:`takes_few_rows`, :func:`takes_backward_few_rows`): unit column
+strides and at most :data:`FEW_ROWS` (:data:`FEW_GRAD_ROWS`) rows, any
+dtype and path, any CPU. In-process A/B against the tiles and strips
+(Intel Xeon, LLVM rocketlake, numpy ``out=``, same bits), forward /
+backward: 16x3x32x32 float32 1.70x / 1.42x, 8x3x256x256 1.21x / 1.14x,
+bfloat16 1.42x / 1.33x, 16x8x64x64 float16 1.44x / 1.18x, 32x2x512x512
+(streamed) 1.12x / 1.17x, 8x16x64x64 float32 1.02x / 1.15x; backward
+columns of 24 rows 0.98x, 32 rows 0.74x, so 16.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from .. import Op
+from ._math import exp_f32_sum, exp_f64, log_f64
+from ._simd import wide_vectors
+from ._vec import (
+    W,
+    address,
+    hi_f64,
+    join_f32,
+    lane,
+    lo_f64,
+    reduce_add,
+    sfence,
+    splat,
+    vload,
+    vload_n,
+    vstore,
+    vstore_n,
+    vstore_nt,
+)
+from .columns import (
+    _col_nan,
+    _grad_vec,
+    _lane_tree,
+    _tile_cols,
+    _tile_geom,
+    _tiles_stream,
+    line_shift,
+    tiles_per_outer,
+)
+from .segment import GRAD_LANES, LANES32, LANES64, forward_vec, vmax_x86
+
+__all__ = [
+    "FEW_ROWS",
+    "FEW_GRAD_ROWS",
+    "BLOCK",
+    "takes_few_rows",
+    "takes_backward_few_rows",
+    "forward_few",
+    "forward_few_parallel",
+    "backward_few",
+    "backward_few_parallel",
+]
+
+#: the longest columns the forward takes here (measured: see the module doc)
+FEW_ROWS = 16
+#: the longest columns the backward takes here
+FEW_GRAD_ROWS = 16
+#: strips a forward block takes its logs of in one loop
+BLOCK = 8
+
+_NINF = np.float32(-np.inf)
+_ZERO = np.float32(0.0)
+_LSM = Op.LOG_SOFTMAX
+
+
+@njit(cache=True)
+def takes_few_rows(g):
+    """Whether a forward on the column geometry ``g`` goes here: at most
+    :data:`FEW_ROWS` rows, unit column strides."""
+    return g[2] <= FEW_ROWS and g[8] == 1 and g[13] == 1
+
+
+@njit(cache=True)
+def takes_backward_few_rows(g):
+    """Whether a backward on ``g`` goes here: at most :data:`FEW_GRAD_ROWS`
+    rows, unit column strides of ``diff_dst``, ``dst`` and the result."""
+    return g[2] <= FEW_GRAD_ROWS and g[8] == 1 and g[13] == 1 and g[18] == 1
+
+
+@njit(forceinline=True, error_model="numpy")
+def _strip_stats(xb, p, sn, n, w, accurate, acc64, acc32, sb, h):
+    """Max and sums of the strip of ``w`` columns at ``xb[p]``: the max's
+    float64 halves into ``sb[h:]``, the float64 sums (lanes past ``w``: 1)
+    into ``sb[h + W:]``. The accurate path sums float64 terms over
+    ``LANES64`` lanes, the fast path float32 ones over ``LANES32``, as the
+    tiles' lane-major sums."""
+    m = splat(_NINF)
+    for k in range(n):
+        m = vmax_x86(m, vload_n(xb, p + k * sn, w, _NINF))
+    ml = lo_f64(m)
+    mh = hi_f64(m)
+    if accurate:
+        zero = splat(0.0)
+        used = min(n, LANES64)
+        for lane_ in range(used):
+            al = zero
+            ah = zero
+            for k in range(lane_, n, LANES64):
+                x = vload_n(xb, p + k * sn, w, _NINF)
+                al = al + exp_f64(lo_f64(x) - ml)
+                ah = ah + exp_f64(hi_f64(x) - mh)
+            vstore(acc64, lane_ * W, al)
+            vstore(acc64, lane_ * W + W // 2, ah)
+        _lane_tree(acc64, used, 2, W // 2, W, LANES64)
+    else:
+        used = min(n, LANES32)
+        for lane_ in range(used):
+            a = splat(_ZERO)
+            for k in range(lane_, n, LANES32):
+                a = a + exp_f32_sum(vload_n(xb, p + k * sn, w, _NINF) - m)
+            vstore(acc32, lane_ * W, a)
+        _lane_tree(acc32, used, 1, W, W, LANES32)
+        s = vload(acc32, 0)
+        vstore(acc64, 0, lo_f64(s))
+        vstore(acc64, W // 2, hi_f64(s))
+    if not math.isfinite(reduce_add(m)):  # an all--inf column (or inf, NaN), or w < W
+        for i in range(w):
+            if lane(m, i) == _NINF:
+                acc64[i] = np.nan if _col_nan(xb, p, sn, n, i) else 0.0
+    for i in range(w, W):
+        acc64[i] = 1.0
+    vstore(sb, h, ml)
+    vstore(sb, h + W // 2, mh)
+    vstore(sb, h + W, vload(acc64, 0))
+    vstore(sb, h + W + W // 2, vload(acc64, W // 2))
+
+
+@njit(forceinline=True, error_model="numpy")
+def _write_row(xb, p, ob, q, bn, op, accurate, sb, fb, c32, stream):
+    """Pass 2 on a row of a block (``bn`` columns from ``xb[p]`` to
+    ``ob[q]``), from the block's statistics: float64 ``m`` and ``log s`` (or
+    ``1/s``) in ``sb`` (accurate), float32 ones in ``fb`` (fast), per strip
+    as :func:`forward_few` lays them out."""
+    full = bn // W * W
+    zero = splat(0.0)
+    for j in range(0, full, W):
+        y = _write_vec(vload(xb, p + j), j, op, accurate, sb, fb, c32, zero)
+        if stream and address(ob, q + j) % (W * ob.itemsize) == 0:
+            vstore_nt(ob, q + j, y)
+        else:
+            vstore(ob, q + j, y)
+    if full < bn:
+        y = _write_vec(vload_n(xb, p + full, bn - full, _ZERO), full, op, accurate, sb, fb, c32, zero)
+        vstore_n(ob, q + full, y, bn - full)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _write_vec(x, j, op, accurate, sb, fb, c32, zero):
+    """:func:`.segment.forward_vec` on the vector of columns ``[j, j + W)``."""
+    h = 2 * j
+    if accurate:
+        ml = vload(sb, h)
+        mh = vload(sb, h + W // 2)
+        return forward_vec(x, ml, mh, vload(sb, h + W), vload(sb, h + W + W // 2), c32, c32, op, True)
+    return forward_vec(x, zero, zero, zero, zero, vload(fb, h), vload(fb, h + W), op, False)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def forward_few(xb, ob, g, op, accurate, J, t0, t1):
+    """Forward on tiles ``[t0, t1)`` of ``J`` columns (``t1 < 0``: to the
+    last), as :func:`.columns.forward_tiles`. ``ob`` may be ``xb``'s memory
+    (in place): a block's rows are read before they are written."""
+    wide_vectors()
+    n = g[2]
+    ni = g[3]
+    sn = g[7]
+    osn = g[12]
+    a = line_shift(ob, g, 1, J)
+    ntile = tiles_per_outer(ni, J, a)
+    if t1 < 0:
+        t1 = g[0] * g[1] * ntile
+    stream = _tiles_stream(ob, g, J)
+    acc64 = np.empty(LANES64 * W)
+    acc32 = np.empty(LANES32 * W, np.float32)
+    # per strip of a block: m (two float64 halves), then s, then log s (or 1/s)
+    sb = np.empty(2 * BLOCK * W)
+    # the fast path's float32 statistics: per strip m, then log s (or 1/s)
+    fb = np.empty(2 * BLOCK * W, np.float32)
+    c32 = splat(_ZERO)
+    for t in range(t0, t1):
+        o, j0, jn = _tile_cols(t, ntile, J, ni, a)
+        xbase, _xsn, _xsi = _tile_geom(g, 0, o, j0)
+        obase, _osn, _osi = _tile_geom(g, 1, o, j0)
+        for b0 in range(0, jn, BLOCK * W):
+            bn = min(BLOCK * W, jn - b0)
+            for j in range(0, bn, W):
+                # ``accurate`` a literal of each call: inlined with the flag
+                # a variable, the forward ran 1.5-1.7x slower (in-process A/B)
+                if accurate:
+                    _strip_stats(xb, xbase + b0 + j, sn, n, min(W, bn - j), True, acc64, acc32, sb, 2 * j)
+                else:
+                    _strip_stats(xb, xbase + b0 + j, sn, n, min(W, bn - j), False, acc64, acc32, sb, 2 * j)
+            # the block's logs in one loop: independent chains (module doc)
+            for j in range(0, bn, W):
+                h = 2 * j
+                lo = vload(sb, h + W)
+                hi = vload(sb, h + W + W // 2)
+                lo = log_f64(lo) if op == _LSM else 1.0 / lo
+                hi = log_f64(hi) if op == _LSM else 1.0 / hi
+                if accurate:
+                    vstore(sb, h + W, lo)
+                    vstore(sb, h + W + W // 2, hi)
+                else:  # rounded to float32 once, as the tiles' ma, la, ia
+                    vstore(fb, h, join_f32(vload(sb, h), vload(sb, h + W // 2)))
+                    vstore(fb, h + W, join_f32(lo, hi))
+            # pass 2 a row of the block at a time: a strip's rows lie a
+            # plane's row apart, often in one L1 set (module doc)
+            for k in range(n):
+                p = xbase + b0 + k * sn
+                q = obase + b0 + k * osn
+                if accurate:  # (a literal again, as for the stats)
+                    _write_row(xb, p, ob, q, bn, op, True, sb, fb, c32, stream)
+                else:
+                    _write_row(xb, p, ob, q, bn, op, False, sb, fb, c32, stream)
+    if stream:
+        sfence()
+
+
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+def forward_few_parallel(xb, ob, g, op, accurate, J, ntask):
+    """:func:`forward_few` over every tile, ``ntask`` ranges in parallel."""
+    tiles = g[0] * g[1] * tiles_per_outer(g[3], J, line_shift(ob, g, 1, J))
+    for t in prange(ntask):
+        forward_few(xb, ob, g, op, accurate, J, t * tiles // ntask, (t + 1) * tiles // ntask)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def backward_few(db, yb, ob, g, op, accurate, J, t0, t1):
+    """Backward on tiles ``[t0, t1)``, as :func:`.columns.backward_tiles`;
+    ``ob`` may be the memory of ``db`` or ``yb`` (in place)."""
+    wide_vectors()
+    n = g[2]
+    ni = g[3]
+    dsn = g[7]
+    ysn = g[12]
+    osn = g[17]
+    a = line_shift(ob, g, 2, J)
+    ntile = tiles_per_outer(ni, J, a)
+    if t1 < 0:
+        t1 = g[0] * g[1] * ntile
+    stream = _tiles_stream(ob, g, J)
+    used = min(n, GRAD_LANES)
+    acc = np.empty(GRAD_LANES * W)
+    sb = np.empty(BLOCK * W)  # the block's sums
+    sa = np.empty(BLOCK * W, np.float32)  # the same in float32, for the fast path
+    zero = splat(0.0)
+    for t in range(t0, t1):
+        o, j0, jn = _tile_cols(t, ntile, J, ni, a)
+        dbase, _dsn, _dsi = _tile_geom(g, 0, o, j0)
+        ybase, _ysn, _ysi = _tile_geom(g, 1, o, j0)
+        obase, _osn, _osi = _tile_geom(g, 2, o, j0)
+        for b0 in range(0, jn, BLOCK * W):
+            bn = min(BLOCK * W, jn - b0)
+            for j in range(0, bn, W):
+                w = min(W, bn - j)
+                pd = dbase + b0 + j
+                py = ybase + b0 + j
+                for lane_ in range(used):
+                    lo = zero
+                    hi = zero
+                    for k in range(lane_, n, GRAD_LANES):
+                        d = vload_n(db, pd + k * dsn, w, _ZERO)
+                        if op == _LSM:
+                            lo = lo + lo_f64(d)
+                            hi = hi + hi_f64(d)
+                        else:
+                            y = vload_n(yb, py + k * ysn, w, _ZERO)
+                            lo = lo + lo_f64(d) * lo_f64(y)
+                            hi = hi + hi_f64(d) * hi_f64(y)
+                    vstore(acc, lane_ * W, lo)
+                    vstore(acc, lane_ * W + W // 2, hi)
+                _lane_tree(acc, used, 2, W // 2, W, GRAD_LANES)
+                sl = vload(acc, 0)
+                sh = vload(acc, W // 2)
+                vstore(sb, j, sl)
+                vstore(sb, j + W // 2, sh)
+                vstore(sa, j, join_f32(sl, sh))
+            # pass 2 a row of the block at a time (as the forward's)
+            full = bn // W * W
+            for k in range(n):
+                pd = dbase + b0 + k * dsn
+                py = ybase + b0 + k * ysn
+                q = obase + b0 + k * osn
+                for j in range(0, full, W):
+                    v = _grad_vec(vload(db, pd + j), vload(yb, py + j), vload(sb, j), vload(sb, j + W // 2),
+                                  vload(sa, j), op, accurate)
+                    if stream and address(ob, q + j) % (W * ob.itemsize) == 0:
+                        vstore_nt(ob, q + j, v)
+                    else:
+                        vstore(ob, q + j, v)
+                if full < bn:
+                    d = vload_n(db, pd + full, bn - full, _ZERO)
+                    y = vload_n(yb, py + full, bn - full, _ZERO)
+                    v = _grad_vec(d, y, vload(sb, full), vload(sb, full + W // 2), vload(sa, full), op, accurate)
+                    vstore_n(ob, q + full, v, bn - full)
+    if stream:
+        sfence()
+
+
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+def backward_few_parallel(db, yb, ob, g, op, accurate, J, ntask):
+    """:func:`backward_few` over every tile, ``ntask`` ranges in parallel."""
+    tiles = g[0] * g[1] * tiles_per_outer(g[3], J, line_shift(ob, g, 2, J))
+    for t in prange(ntask):
+        backward_few(db, yb, ob, g, op, accurate, J, t * tiles // ntask, (t + 1) * tiles // ntask)

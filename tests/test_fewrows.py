@@ -1,0 +1,215 @@
+"""The few-row column kernels (:mod:`logsoftmax.backends.cpu.fewrows`):
+columns of up to 16 rows (NCHW ``axis=1`` with a few channels), a strip of
+16 columns at a time from L1. They must give the column tiles' bits (so
+the row kernel's, on a transposed copy) for any split of their tiles
+between threads, in place or not, with special values and partial strips,
+on the accurate and the fast path."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numba
+import numpy as np
+import pytest
+
+from logsoftmax.backends import Op, get_backend
+from logsoftmax.backends.cpu import columns, fewrows, segment
+from logsoftmax.backends.cpu.layout import layout
+
+F32 = np.float32
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F16 = np.dtype(np.float16)
+CPU = get_backend("cpu")
+OPS = (("log_softmax", Op.LOG_SOFTMAX), ("softmax", Op.SOFTMAX))
+
+
+def bits(a) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    return a.view(np.uint16 if a.itemsize == 2 else np.uint32)
+
+
+def flat(a) -> np.ndarray:
+    """The kernels' flat storage view (16-bit data as integers)."""
+    a = a.reshape(-1)
+    if a.dtype == BF16:
+        return a.view(np.uint16)
+    if a.dtype == F16:
+        return a.view(np.int16)
+    return a
+
+
+def _special(x):
+    """All -inf, all -inf but a NaN, -inf but one value, a NaN, an inf, a
+    huge spread (columns 0-5 of the first or last plane)."""
+    x[0, :, 0] = -np.inf
+    x[0, :, 1] = -np.inf
+    x[0, -1, 1] = np.nan
+    x[-1, :, 2] = -np.inf
+    x[-1, 0, 2] = 5.0
+    x[0, 0, 3] = np.nan
+    x[-1, -1, 4] = np.inf
+    x[0, 0, 5] = 3e38
+    x[0, -1, 5] = -3e38
+    return x
+
+
+def _line_out(shape, head, dtype=F32):
+    """An output whose first element lies ``head`` items past a 64-byte line."""
+    size = int(np.prod(shape))
+    item = np.dtype(dtype).itemsize
+    raw = np.empty(size + 64 // item * 2, dtype)
+    off = (-raw.ctypes.data % 64) // item + head
+    return raw[off : off + size].reshape(shape)
+
+
+def _cuts(total):
+    return sorted({0, 1, total // 2, total - 1, total} - {-1})
+
+
+@pytest.mark.parametrize("n", [2, 3, 7, 16])
+@pytest.mark.parametrize("ni", [6, 64, 83, 200])
+@pytest.mark.parametrize("dtype", [F32, BF16, F16], ids=["f32", "bf16", "f16"])
+def test_few_rows_give_the_tiles_bits(n, ni, dtype):
+    """Forward, log_softmax and softmax: :func:`.columns.forward_tiles`'
+    bits for every split of the tiles in two and in place, with special
+    columns; float32 on the accurate path, 16-bit data on the fast one;
+    blocks (``BLOCK`` strips) cut mid-tile (200 columns) and partial strips."""
+    rng = np.random.default_rng(n * 1000 + ni)
+    with np.errstate(over="ignore"):  # 3e38 is inf in float16
+        x = _special((rng.standard_normal((3, n, ni)) * 4).astype(F32)).astype(dtype)
+    accurate = np.bool_(dtype == F32)
+    lay = layout(x.shape, [x.strides, x.strides], [x.itemsize] * 2, 1)
+    assert lay.inner and fewrows.takes_few_rows(lay.g)
+    g = lay.g
+    J = 64 if ni == 200 else columns.tile_width_for(n, ni, False, 2)  # 200: 4 tiles a plane
+    tiles_per_plane = -(-ni // J)
+    for _name, op in OPS:
+        ref = np.empty_like(x)
+        columns.forward_tiles(flat(x), flat(ref), g, op, accurate, J, 0, -1)
+        for cut in _cuts(3 * tiles_per_plane):
+            o = np.full_like(x, np.nan)
+            fewrows.forward_few(flat(x), flat(o), g, op, accurate, J, 0, cut)
+            fewrows.forward_few(flat(x), flat(o), g, op, accurate, J, cut, -1)
+            assert np.array_equal(bits(o), bits(ref)), (op, cut)
+        z = x.copy()
+        fewrows.forward_few(flat(z), flat(z), g, op, accurate, J, 0, -1)
+        assert np.array_equal(bits(z), bits(ref)), op
+
+
+@pytest.mark.parametrize("n", [2, 5, 16])
+@pytest.mark.parametrize("ni", [6, 83, 200])
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
+def test_backward_few_rows_give_the_tiles_bits(n, ni, dtype):
+    """Backward, log_softmax and softmax: :func:`.columns.backward_tiles`'
+    bits for every split of the tiles in two and in place into either
+    input, with NaN, inf, huge and ``-0.0`` gradients (the lanes start at
+    ``+0.0``: a column of ``-0.0`` sums to ``+0.0``); float32 on the
+    accurate path, bfloat16 on the fast one."""
+    rng = np.random.default_rng(n * 7 + ni)
+    x = (rng.standard_normal((3, n, ni)) * 3).astype(F32)
+    d = rng.standard_normal((3, n, ni)).astype(F32)
+    d[0, 0, 1] = np.nan
+    d[1, :, 2] = np.inf
+    d[2, -1, 3] = 3e38
+    d[:, :, 4] = -0.0
+    d = d.astype(dtype)
+    accurate = np.bool_(dtype == F32 and n <= segment.SHORT_BACKWARD)
+    for name, op in OPS:
+        y = getattr(CPU, name)(x, 1, None, np.dtype(F32)).astype(dtype)
+        y[0, :, 4] = -np.inf if name == "log_softmax" else 0.0
+        lay = layout(x.shape, [d.strides, y.strides, d.strides], [d.itemsize] * 3, 1)
+        assert lay.inner and fewrows.takes_backward_few_rows(lay.g)
+        g = lay.g
+        J = 64 if ni == 200 else columns.tile_width_for(n, ni, True, 2, 3)
+        ref = np.empty_like(d)
+        columns.backward_tiles(flat(d), flat(y), flat(ref), g, op, accurate, J, 0, -1)
+        for cut in _cuts(3 * -(-ni // J)):
+            o = np.full_like(d, np.nan)
+            fewrows.backward_few(flat(d), flat(y), flat(o), g, op, accurate, J, 0, cut)
+            fewrows.backward_few(flat(d), flat(y), flat(o), g, op, accurate, J, cut, -1)
+            assert np.array_equal(bits(o), bits(ref)), (name, cut)
+        for into in ("diff_dst", "dst"):
+            d2, y2 = d.copy(), y.copy()
+            o = d2 if into == "diff_dst" else y2
+            fewrows.backward_few(flat(d2), flat(y2), flat(o), g, op, accurate, J, 0, -1)
+            assert np.array_equal(bits(o), bits(ref)), (name, into)
+
+
+def test_which_columns_take_few_rows():
+    """The rule: up to 16 rows forward, 16 backward, unit column strides,
+    any dtype."""
+
+    def geom(shape, axis=1, itemsize=4, operands=2, column_stride=1):
+        st = [int(np.prod(shape[i + 1 :])) * itemsize * (column_stride if i == len(shape) - 1 else 1)
+              for i in range(len(shape))]
+        if column_stride != 1:  # every other element of a wider last axis
+            st = [s * column_stride for s in st[:-1]] + [st[-1]]
+        return layout(shape, [tuple(st)] * operands, [itemsize] * operands, axis).g
+
+    assert fewrows.takes_few_rows(geom((16, 3, 32, 32)))
+    assert fewrows.takes_few_rows(geom((8, 16, 64, 64), itemsize=2))
+    assert not fewrows.takes_few_rows(geom((8, 17, 64, 64)))
+    assert not fewrows.takes_few_rows(geom((8, 3, 64, 64), column_stride=2))
+    assert fewrows.takes_backward_few_rows(geom((16, 16, 32, 32), operands=3))
+    assert not fewrows.takes_backward_few_rows(geom((16, 17, 32, 32), operands=3))
+    assert fewrows.FEW_ROWS == 16 and fewrows.FEW_GRAD_ROWS == 16
+
+
+def _rows_reference(name, x, dtype):
+    moved = np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    return np.moveaxis(getattr(CPU, name)(moved, moved.ndim - 1, None, np.dtype(dtype)), -1, 1)
+
+
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [((16, 3, 32, 32), F32),  # small: the serial kernel's direct call
+     ((8, 3, 64, 64), F32),  # 2 threads
+     ((48, 3, 256, 256), F32),  # 36 MiB out: streaming stores
+     ((4, 10, 16, 16), BF16),
+     ((24, 2, 256, 256), F16)],  # 6 MiB of float16: ordinary stores
+    ids=["small", "parallel", "streamed", "bf16", "f16"],
+)
+def test_the_front_door_takes_few_rows(monkeypatch, shape, dtype):
+    """Few-channel NCHW ``axis=1`` through the public call (counted):
+    allocating, ``out=`` 4 items past a line, in place, on 1 and 2 threads,
+    forward and backward; the row kernel's bits on the same values."""
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 3).astype(F32).astype(dtype)
+    x[0, :, 0, :7] = -np.inf
+    x[1, 1, 2, 2] = np.nan
+    d = rng.standard_normal(shape).astype(F32).astype(dtype)
+    # every kernel compiled before the counting wrappers replace the globals
+    for t in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
+        numba.set_num_threads(t)
+        CPU.log_softmax(x, 1, None, np.dtype(dtype))
+        CPU.log_softmax_backward(d, x, 1, None, np.dtype(dtype))
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    calls = []
+    for fn in ("forward_few", "forward_few_parallel", "backward_few", "backward_few_parallel"):
+        real = getattr(fewrows, fn)
+        monkeypatch.setattr(fewrows, fn, lambda *a, _r=real, _f=fn: (calls.append(_f), _r(*a))[1])
+    threads = numba.get_num_threads()
+    for name in ("log_softmax", "softmax"):
+        ref = bits(_rows_reference(name, x, dtype))
+        y = np.ascontiguousarray(_rows_reference(name, x, dtype))
+        moved = [np.ascontiguousarray(np.moveaxis(a, 1, -1)) for a in (d, y)]
+        bwd = "log_softmax_backward" if name == "log_softmax" else "softmax_backward"
+        ref_b = bits(np.moveaxis(getattr(CPU, bwd)(*moved, 3, None, np.dtype(dtype)), -1, 1))
+        for t in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
+            numba.set_num_threads(t)
+            try:
+                calls.clear()
+                assert np.array_equal(bits(getattr(CPU, name)(x, 1, None, np.dtype(dtype))), ref)
+                o = _line_out(shape, 4, dtype)
+                getattr(CPU, name)(x, 1, o, np.dtype(dtype))
+                assert np.array_equal(bits(o), ref)
+                z = x.copy()
+                getattr(CPU, name)(z, 1, z, np.dtype(dtype))
+                assert np.array_equal(bits(z), ref)
+                assert np.array_equal(bits(getattr(CPU, bwd)(d, y, 1, None, np.dtype(dtype))), ref_b)
+                o = _line_out(shape, 4, dtype)
+                getattr(CPU, bwd)(d, y, 1, o, np.dtype(dtype))
+                assert np.array_equal(bits(o), ref_b)
+                assert {c.split("_")[0] for c in calls} == {"forward", "backward"}, (name, t, calls)
+            finally:
+                numba.set_num_threads(threads)
