@@ -76,12 +76,16 @@ __all__ = ["CpuBackend", "SERIAL_MAX"]
 #: core took 5-8 ms (one scheduler slice). Below 2**16 the serial kernel
 #: loses at most ~0.1 ms and never stalls.
 SERIAL_MAX = 1 << 16
-#: few-row columns (:mod:`.fewrows`) go parallel from ``SERIAL_MAX >> 1``
-#: elements: their work per element is 2-4x a row's. In-process A/B against
-#: ``SERIAL_MAX`` (Intel Xeon, LLVM rocketlake, numpy out=, same bits):
-#: 16x3x32x32 float32 forward 1.45x, backward 1.37x; bfloat16 1.61x /
-#: 1.28x; 4x10x32x32 1.26x / 1.36x; from 2**14 on not always (8x2x32x32
-#: 1.12x / 1.01x, 2x16x32x32 float16 0.93x)
+#: few-row columns (:mod:`.fewrows`) and rows on the accurate path (float64
+#: terms) go parallel from ``SERIAL_MAX >> FEW_SHIFT`` elements: their work
+#: per element is 2-4x that of the fast path's rows. In-process A/B against
+#: ``SERIAL_MAX`` (Intel Xeon, LLVM rocketlake, numpy out=, same bits),
+#: forward / backward: 16x3x32x32 float32 1.45x / 1.37x, bfloat16 1.61x /
+#: 1.28x, 4x10x32x32 1.26x / 1.36x; rows 512x100 1.26x, 2000x20 1.60x /
+#: 1.18x, 4000x10 1.65x / 1.83x, 1000x48 backward 1.02x; from 2**14 on
+#: not always (8x2x32x32 1.12x / 1.01x, 2x16x32x32 float16 0.93x). The
+#: fast path's calls keep ``SERIAL_MAX`` (2**15 lost there: 32x1500 0.83x,
+#: one row of 36000 0.54x).
 FEW_SHIFT = 1
 
 _F64 = dtypes.float64
@@ -444,9 +448,10 @@ class CpuBackend(Backend):
             short = lay.unit_rows and n <= segment.CHUNK and not rows.pipelined(n, int(op), accurate)
             splittable = lay.unit_rows and n > 2 * segment.CHUNK
             nch = -(-n // segment.CHUNK)
+            shift = FEW_SHIFT if accurate else 0
 
             def kernel(xb, ob, g):
-                if _serial(size):
+                if _serial(size, shift):
                     f = rows.forward_short if short else rows.forward_range
                     f(xb, ob, g, op, accurate, 0, nrows)
                 elif splittable and nrows < 2 * _threads():
@@ -469,12 +474,11 @@ class CpuBackend(Backend):
         if lay.inner:
             args = (op, accurate, J, 0, -1)
             mod, name = (few, "forward_few") if fewp else (columns, "forward_tiles")
+            shift = FEW_SHIFT if fewp else 0
         else:
             args = (op, accurate, 0, nrows)
             mod, name = rows, "forward_short" if short else "forward_range"
-        return _small_call(
-            run, mod, name, size, x.shape, x.dtype, dtype, lay.g, args, FEW_SHIFT if fewp else 0
-        )
+        return _small_call(run, mod, name, size, x.shape, x.dtype, dtype, lay.g, args, shift)
 
     # -- backward ---------------------------------------------------------------
     def backward(self, op, diff_dst, dst, axis, out, dtype):
@@ -577,9 +581,10 @@ class CpuBackend(Backend):
             short = lay.unit_rows and n <= segment.CHUNK
             splittable = lay.unit_rows and n > 2 * segment.CHUNK
             nch = -(-n // segment.CHUNK)
+            shift = FEW_SHIFT if accurate else 0
 
             def kernel(db, yb, ob, g):
-                if _serial(size):
+                if _serial(size, shift):
                     f = rows.backward_short if short else rows.backward_range
                     f(db, yb, ob, g, op, accurate, 0, nrows)
                 elif splittable and nrows < 2 * _threads():
@@ -602,12 +607,11 @@ class CpuBackend(Backend):
         if lay.inner:
             args = (op, accurate, J, 0, -1)
             mod, name = (few, "backward_few") if fewp else (columns, "backward_tiles")
+            shift = FEW_SHIFT if fewp else 0
         else:
             args = (op, accurate, 0, nrows)
             mod, name = rows, "backward_short" if short else "backward_range"
-        return _small_call2(
-            run, mod, name, size, diff_dst.shape, diff_dst.dtype, dtype, lay.g, args, FEW_SHIFT if fewp else 0
-        )
+        return _small_call2(run, mod, name, size, diff_dst.shape, diff_dst.dtype, dtype, lay.g, args, shift)
 
     # -- unusual layouts and float64 -------------------------------------------
     @staticmethod
