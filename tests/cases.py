@@ -27,6 +27,9 @@ __all__ = [
     "cases",
     "case_by_name",
     "special_rows",
+    "special_columns",
+    "line_out",
+    "column_grad_inputs",
     "INT_DTYPES",
     "int_inputs",
 ]
@@ -363,3 +366,43 @@ def int_inputs(dtype) -> np.ndarray:
         [info.max, info.min, 0, 1, info.max - 1, 2, 3],
     ]
     return np.array(rows, dtype=dtype)
+
+
+def special_columns(x: np.ndarray) -> np.ndarray:
+    """``x`` (3-D, the columns on axis 2, at least 6 of them) with special
+    columns, in place: all -inf, all -inf but a NaN, -inf but one value, a
+    NaN, an inf, a huge spread (columns 0-5 of the first or last plane).
+    For the column kernels' tests (strips, few rows)."""
+    x[0, :, 0] = -np.inf
+    x[0, :, 1] = -np.inf
+    x[0, -1, 1] = np.nan
+    x[-1, :, 2] = -np.inf
+    x[-1, 0, 2] = 5.0
+    x[0, 0, 3] = np.nan
+    x[-1, -1, 4] = np.inf
+    x[0, 0, 5] = 3e38
+    x[0, -1, 5] = -3e38
+    return x
+
+
+def line_out(shape, head: int, dtype=np.float32) -> np.ndarray:
+    """An empty output whose first element lies ``head`` items past a 64-byte
+    line (numpy's own arrays start 16 bytes past one)."""
+    size = int(np.prod(shape))
+    item = np.dtype(dtype).itemsize
+    raw = np.empty(size + 128 // item, dtype)
+    off = (-raw.ctypes.data % 64) // item + head
+    return raw[off : off + size].reshape(shape)
+
+
+def column_grad_inputs(seed: int, shape) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, diff_dst)``, float32, for a column kernel's backward on ``shape``
+    (3-D, the columns on axis 2, at least 4 of them): ``diff_dst`` with a
+    NaN, a column of inf and a huge value (columns 1-3)."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    d = rng.standard_normal(shape).astype(np.float32)
+    d[0, 0, 1] = np.nan
+    d[1, :, 2] = np.inf
+    d[2, -1, 3] = 3e38
+    return x, d

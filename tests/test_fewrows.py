@@ -16,6 +16,8 @@ from logsoftmax.backends import Op, get_backend
 from logsoftmax.backends.cpu import columns, fewrows, segment
 from logsoftmax.backends.cpu.layout import layout
 
+from cases import column_grad_inputs, line_out as _line_out, special_columns as _special  # noqa: E402
+
 F32 = np.float32
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16 = np.dtype(np.float16)
@@ -36,30 +38,6 @@ def flat(a) -> np.ndarray:
     if a.dtype == F16:
         return a.view(np.int16)
     return a
-
-
-def _special(x):
-    """All -inf, all -inf but a NaN, -inf but one value, a NaN, an inf, a
-    huge spread (columns 0-5 of the first or last plane)."""
-    x[0, :, 0] = -np.inf
-    x[0, :, 1] = -np.inf
-    x[0, -1, 1] = np.nan
-    x[-1, :, 2] = -np.inf
-    x[-1, 0, 2] = 5.0
-    x[0, 0, 3] = np.nan
-    x[-1, -1, 4] = np.inf
-    x[0, 0, 5] = 3e38
-    x[0, -1, 5] = -3e38
-    return x
-
-
-def _line_out(shape, head, dtype=F32):
-    """An output whose first element lies ``head`` items past a 64-byte line."""
-    size = int(np.prod(shape))
-    item = np.dtype(dtype).itemsize
-    raw = np.empty(size + 64 // item * 2, dtype)
-    off = (-raw.ctypes.data % 64) // item + head
-    return raw[off : off + size].reshape(shape)
 
 
 def _cuts(total):
@@ -105,12 +83,7 @@ def test_backward_few_rows_give_the_tiles_bits(n, ni, dtype):
     input, with NaN, inf, huge and ``-0.0`` gradients (the lanes start at
     ``+0.0``: a column of ``-0.0`` sums to ``+0.0``); float32 on the
     accurate path, bfloat16 on the fast one."""
-    rng = np.random.default_rng(n * 7 + ni)
-    x = (rng.standard_normal((3, n, ni)) * 3).astype(F32)
-    d = rng.standard_normal((3, n, ni)).astype(F32)
-    d[0, 0, 1] = np.nan
-    d[1, :, 2] = np.inf
-    d[2, -1, 3] = 3e38
+    x, d = column_grad_inputs(n * 7 + ni, (3, n, ni))
     d[:, :, 4] = -0.0
     d = d.astype(dtype)
     accurate = np.bool_(dtype == F32 and n <= segment.SHORT_BACKWARD)

@@ -15,6 +15,8 @@ from logsoftmax.backends.cpu import columns, strips
 from logsoftmax.backends.cpu._vec import on_amd
 from logsoftmax.backends.cpu.layout import layout
 
+from cases import column_grad_inputs, line_out as _line_out, special_columns as _special  # noqa: E402
+
 F32 = np.float32
 CPU = get_backend("cpu")
 INTEL = not numba.njit(lambda: on_amd())()
@@ -36,29 +38,6 @@ def _rows_reference(name, x):
     """The row kernel on the same values: axis 1 moved last, contiguous."""
     moved = np.ascontiguousarray(np.moveaxis(x, 1, -1))
     return np.moveaxis(getattr(CPU, name)(moved, moved.ndim - 1, None, np.dtype(F32)), -1, 1)
-
-
-def _special(x):
-    """Special columns: all -inf, all -inf but a NaN, -inf but one value, a
-    NaN, an inf, a huge spread."""
-    x[0, :, 0] = -np.inf
-    x[0, :, 1] = -np.inf
-    x[0, -1, 1] = np.nan
-    x[-1, :, 2] = -np.inf
-    x[-1, 0, 2] = 5.0
-    x[0, 0, 3] = np.nan
-    x[-1, -1, 4] = np.inf
-    x[0, 0, 5] = 3e38
-    x[0, -1, 5] = -3e38
-    return x
-
-
-def _line_out(shape, head):
-    """An output whose first element lies ``head`` floats past a 64-byte line."""
-    size = int(np.prod(shape))
-    raw = np.empty(size + 32, F32)
-    off = (-raw.ctypes.data % 64) // 4 + head
-    return raw[off : off + size].reshape(shape)
 
 
 @pytest.mark.parametrize("n", [2, 5, 16, 17, 64, 100, 256, 384, 512])
@@ -176,12 +155,7 @@ def test_backward_strips_give_the_tiles_bits(n, ni):
     with special values in ``diff_dst`` and ``dst``."""
     from logsoftmax.backends.cpu import segment
 
-    rng = np.random.default_rng(n * 7 + ni)
-    x = (rng.standard_normal((3, n, ni)) * 3).astype(F32)
-    d = rng.standard_normal((3, n, ni)).astype(F32)
-    d[0, 0, 1] = np.nan
-    d[1, :, 2] = np.inf
-    d[2, -1, 3] = 3e38
+    x, d = column_grad_inputs(n * 7 + ni, (3, n, ni))
     accurate = np.bool_(n <= segment.SHORT_BACKWARD)
     for name, op in (("log_softmax", Op.LOG_SOFTMAX), ("softmax", Op.SOFTMAX)):
         y = getattr(CPU, name)(x, 1, None, np.dtype(F32))
