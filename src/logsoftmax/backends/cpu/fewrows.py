@@ -21,7 +21,7 @@ Measured while building it (one thread in cache, or in-process A/B):
 
 * a ``log`` at the end of each strip made the strip wait for it (a
   ~25-operation dependent chain): 0.93-1.00 ns an element at 3 rows
-  against 0.73-0.77 with the logs of 8 strips in one loop;
+  against 0.73-0.78 with the logs of 8 strips in one loop;
 * pass 2 strip by strip read and wrote ``n`` rows a plane's row apart,
   often in one L1 set: the backward then lost to the tiles from 12 rows
   on (0.70-0.74x at 19-21 rows); a row of the block at a time (8 lines of
