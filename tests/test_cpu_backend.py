@@ -1518,7 +1518,7 @@ def test_serial_and_parallel_kernels_bit_identical(monkeypatch, dtype, shape, ax
 
 
 def test_small_problems_choose_serial_kernels(monkeypatch):
-    from logsoftmax.backends.cpu import columns, rows
+    from logsoftmax.backends.cpu import columns, fewrows, rows
 
     called = []
     for mod, name in (
@@ -1526,16 +1526,19 @@ def test_small_problems_choose_serial_kernels(monkeypatch):
         (rows, "forward_short_parallel"),
         (columns, "forward_tiles"),
         (columns, "forward_parallel"),
+        (fewrows, "forward_few"),
+        (fewrows, "forward_few_parallel"),
     ):
         fn = getattr(mod, name)
         spy = lambda *a, _n=name, _f=fn: called.append(_n) or _f(*a)  # noqa: E731
         monkeypatch.setattr(mod, name, spy)
     x = np.random.default_rng(0).standard_normal((64, 10)).astype(np.float32)
     _fwd("log_softmax", x, 1)
-    _fwd("log_softmax", x, 0)
+    _fwd("log_softmax", x, 0)  # 64 rows of 10 columns: the few-row kernel
+    _fwd("log_softmax", x.repeat(8, 1), 0)  # of 80: the tiles
     big = np.zeros((256, 1024), np.float32)
     _fwd("log_softmax", big, 1)
-    expected = ["forward_short", "forward_tiles"]
+    expected = ["forward_short", "forward_few", "forward_tiles"]
     expected.append("forward_short_parallel" if numba.get_num_threads() > 1 else "forward_short")
     assert called == expected
 

@@ -44,8 +44,13 @@ def _cuts(total):
     return sorted({0, 1, total // 2, total - 1, total} - {-1})
 
 
-@pytest.mark.parametrize("n", [2, 3, 7, 16])
-@pytest.mark.parametrize("ni", [6, 64, 83, 200])
+#: (rows, columns of a plane) the kernels take: few rows; up to 48 (the
+#: lanes of float64 terms wrap past 32); up to a chunk in narrow planes
+#: (100: every kind of lane wraps; 2000: float32 on the fast path)
+_SHAPES = [(n, ni) for n in (2, 3, 7, 16, 33) for ni in (6, 64, 83, 200)] + [(100, 6), (100, 40), (2000, 6)]
+
+
+@pytest.mark.parametrize("n, ni", _SHAPES)
 @pytest.mark.parametrize("dtype", [F32, BF16, F16], ids=["f32", "bf16", "f16"])
 def test_few_rows_give_the_tiles_bits(n, ni, dtype):
     """Forward, log_softmax and softmax: :func:`.columns.forward_tiles`'
@@ -57,7 +62,7 @@ def test_few_rows_give_the_tiles_bits(n, ni, dtype):
         x = _special((rng.standard_normal((3, n, ni)) * 4).astype(F32)).astype(dtype)
     accurate = np.bool_(dtype == F32)
     lay = layout(x.shape, [x.strides, x.strides], [x.itemsize] * 2, 1)
-    assert lay.inner and fewrows.takes_few_rows(lay.g)
+    assert lay.inner and fewrows.takes_few_rows(lay.g, False)
     g = lay.g
     J = 64 if ni == 200 else columns.tile_width_for(n, ni, False, 2)  # 200: 4 tiles a plane
     tiles_per_plane = -(-ni // J)
@@ -74,15 +79,15 @@ def test_few_rows_give_the_tiles_bits(n, ni, dtype):
         assert np.array_equal(bits(z), bits(ref)), op
 
 
-@pytest.mark.parametrize("n", [2, 5, 16])
-@pytest.mark.parametrize("ni", [6, 83, 200])
+@pytest.mark.parametrize("n, ni", [(n, ni) for n in (2, 5, 16, 33) for ni in (6, 83, 200)] + [(100, 6), (2000, 6)])
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
 def test_backward_few_rows_give_the_tiles_bits(n, ni, dtype):
     """Backward, log_softmax and softmax: :func:`.columns.backward_tiles`'
     bits for every split of the tiles in two and in place into either
     input, with NaN, inf, huge and ``-0.0`` gradients (the lanes start at
     ``+0.0``: a column of ``-0.0`` sums to ``+0.0``); float32 on the
-    accurate path, bfloat16 on the fast one."""
+    accurate path (on the fast one past ``SHORT_BACKWARD`` rows: 100),
+    bfloat16 on the fast one."""
     x, d = column_grad_inputs(n * 7 + ni, (3, n, ni))
     d[:, :, 4] = -0.0
     d = d.astype(dtype)
@@ -109,9 +114,10 @@ def test_backward_few_rows_give_the_tiles_bits(n, ni, dtype):
 
 
 def test_which_columns_take_few_rows():
-    """The rule: up to ``FEW_ROWS`` rows forward, ``FEW_GRAD_ROWS`` backward
-    (16 each: the boundary is checked, not the constants), unit column
-    strides, any dtype."""
+    """The rule, its boundaries checked (not its constants): forward, up to
+    16 rows, or 48 where the strips do not take the call, or a chunk (4096)
+    in planes of fewer than 64 columns; backward, up to 48 rows or a chunk
+    in such planes; unit column strides; any dtype."""
 
     def geom(shape, axis=1, itemsize=4, operands=2, column_stride=1):
         st = [int(np.prod(shape[i + 1 :])) * itemsize * (column_stride if i == len(shape) - 1 else 1)
@@ -120,12 +126,21 @@ def test_which_columns_take_few_rows():
             st = [s * column_stride for s in st[:-1]] + [st[-1]]
         return layout(shape, [tuple(st)] * operands, [itemsize] * operands, axis).g
 
-    assert fewrows.takes_few_rows(geom((16, 3, 32, 32)))
-    assert fewrows.takes_few_rows(geom((8, 16, 64, 64), itemsize=2))
-    assert not fewrows.takes_few_rows(geom((8, 17, 64, 64)))
-    assert not fewrows.takes_few_rows(geom((8, 3, 64, 64), column_stride=2))
-    assert fewrows.takes_backward_few_rows(geom((16, 16, 32, 32), operands=3))
-    assert not fewrows.takes_backward_few_rows(geom((16, 17, 32, 32), operands=3))
+    take = fewrows.takes_few_rows
+    for strips_take in (False, True):
+        assert take(geom((16, 3, 32, 32)), strips_take)
+        assert take(geom((8, 16, 64, 64), itemsize=2), strips_take)
+        assert not take(geom((8, 3, 64, 64), column_stride=2), strips_take)
+    assert take(geom((8, 17, 64, 64)), False) and not take(geom((8, 17, 64, 64)), True)
+    assert take(geom((8, 48, 8, 8)), False) and not take(geom((8, 49, 8, 8)), False)
+    assert take(geom((8, 1000, 63)), False) and not take(geom((8, 1000, 64)), False)
+    assert take(geom((2, 4096, 8)), False) and not take(geom((2, 4097, 8)), False)
+    grad = fewrows.takes_backward_few_rows
+    assert grad(geom((16, 48, 8, 8), operands=3))
+    assert not grad(geom((16, 49, 8, 8), operands=3))
+    assert grad(geom((8, 1000, 63), operands=3)) and not grad(geom((8, 1000, 64), operands=3))
+    assert grad(geom((2, 4096, 8), operands=3)) and not grad(geom((2, 4097, 8), operands=3))
+    assert not grad(geom((8, 3, 64, 64), operands=3, column_stride=2))
 
 
 def _rows_reference(name, x, dtype):
@@ -139,8 +154,10 @@ def _rows_reference(name, x, dtype):
      ((8, 3, 64, 64), F32),  # 2 threads
      ((48, 3, 256, 256), F32),  # 36 MiB out: streaming stores
      ((4, 10, 16, 16), BF16),
-     ((24, 2, 256, 256), F16)],  # 6 MiB of float16: ordinary stores
-    ids=["small", "parallel", "streamed", "bf16", "f16"],
+     ((24, 2, 256, 256), F16),  # 6 MiB of float16: ordinary stores
+     ((8, 21, 32, 32), BF16),  # more rows: where the strips do not go
+     ((64, 100, 5, 8), F32)],  # a plane of 40 columns: any number of rows
+    ids=["small", "parallel", "streamed", "bf16", "f16", "bf16-21", "narrow"],
 )
 def test_the_front_door_takes_few_rows(monkeypatch, shape, dtype):
     """Few-channel NCHW ``axis=1`` through the public call (counted):

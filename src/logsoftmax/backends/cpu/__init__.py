@@ -416,7 +416,8 @@ class CpuBackend(Backend):
             J = columns.tile_width_for(n, ni, False, _threads(), staged=staged, fast16=fast16)
             J = _split_tiles(J, n, ni, n1 * n2, size)
             tiles = n1 * n2 * -(-ni // J)
-            fewp = few.takes_few_rows(lay.g)
+            stripsp = strips.takes_strips(lay.g, x.itemsize, dtype.itemsize, accurate)
+            fewp = few.takes_few_rows(lay.g, stripsp)
 
         if fewp:
 
@@ -427,7 +428,7 @@ class CpuBackend(Backend):
                     nt = min(tiles, _threads())
                     few.forward_few_parallel(xb, ob, g, op, accurate, J, nt)
 
-        elif lay.inner and strips.takes_strips(lay.g, x.itemsize, dtype.itemsize, accurate):
+        elif lay.inner and stripsp:
 
             def kernel(xb, ob, g):
                 if _serial(size):

@@ -44,13 +44,31 @@ the tiles' arguments and tiles (``J`` columns of one plane,
 stream their output where the tiles would.
 
 When (:func:`takes_few_rows`, :func:`takes_backward_few_rows`): unit column
-strides and at most :data:`FEW_ROWS` (:data:`FEW_GRAD_ROWS`) rows, any
-dtype and path, any CPU. In-process A/B against the tiles and strips
-(Intel Xeon, LLVM rocketlake, numpy ``out=``, same bits), forward /
-backward: 16x3x32x32 float32 1.70x / 1.42x, 8x3x256x256 1.21x / 1.14x,
-bfloat16 1.42x / 1.33x, 16x8x64x64 float16 1.44x / 1.18x, 32x2x512x512
-(streamed) 1.12x / 1.17x, 8x16x64x64 float32 1.02x / 1.15x; backward
-columns of 24 rows 0.98x, 32 rows 0.74x, so 16.
+strides, any dtype and path, any CPU; the forward up to :data:`FEW_ROWS`
+rows (before the strips), up to :data:`FEW_MORE_ROWS` where the strips do
+not go, and up to a chunk (4096 rows) in planes narrower than
+:data:`NARROW` columns; the backward up to :data:`FEW_GRAD_ROWS` rows, or
+up to a chunk in such planes. In-process A/B against the tiles and strips (Intel Xeon, LLVM
+rocketlake, numpy ``out=``, same bits), forward / backward: 16x3x32x32
+float32 1.70x / 1.42x, 8x3x256x256 1.21x / 1.14x, bfloat16 1.42x / 1.33x,
+16x8x64x64 float16 1.44x / 1.18x, 32x2x512x512 (streamed) 1.12x / 1.17x,
+8x16x64x64 float32 1.02x / 1.15x (the twenty-third session); 16x21x64x64
+bfloat16 1.26x / 1.27x, float32 backward 1.06x, 16x32x64x64 float32
+backward 1.06x, 64x32x112x112 (streamed) 1.29x, 1024x64x32 float32
+forward 1.63x, bfloat16 backward 1.30x, 512x128x8 bfloat16 forward 2.2x
+(the twenty-fourth). Left to the others, where they were faster: float32
+forwards of 17-48 rows in wider planes (the strips: 512x21x196 0.97x,
+128x21x784 0.90x), 64 rows and more in planes of 64 columns and more
+(16x64x64x64 bfloat16 forward 0.96x, float32 backward 0.87x; 1000x65536
+axis 0 backward 0.61x).
+
+The backward's pass 2 of columns of more than :data:`FEW_ROWS` rows asks
+for the next block's row (``prefetcht1``) as it goes: the rows of a strip
+lie a plane's row apart, dozens of pages the hardware prefetchers do not
+follow (unmeasured: there are no cache counters here); without it
+16x32x64x64 float32 lost to the tiles (0.70x), with it 1.34-1.37x faster
+than without. The forward's pass 2 asks for its next block's row too (as
+fast at 3-16 rows: 1.00-1.03x).
 """
 
 from __future__ import annotations
@@ -70,6 +88,7 @@ from ._vec import (
     join_f32,
     lane,
     lo_f64,
+    prefetch_l2,
     reduce_add,
     sfence,
     splat,
@@ -89,11 +108,13 @@ from .columns import (
     line_shift,
     tiles_per_outer,
 )
-from .segment import GRAD_LANES, LANES32, LANES64, forward_vec, vmax_x86
+from .segment import CHUNK, GRAD_LANES, LANES32, LANES64, forward_vec, vmax_x86
 
 __all__ = [
     "FEW_ROWS",
+    "FEW_MORE_ROWS",
     "FEW_GRAD_ROWS",
+    "NARROW",
     "BLOCK",
     "takes_few_rows",
     "takes_backward_few_rows",
@@ -103,10 +124,17 @@ __all__ = [
     "backward_few_parallel",
 ]
 
-#: the longest columns the forward takes here (measured: see the module doc)
+#: the longest columns the forward takes here before the strips (:mod:`.strips`)
 FEW_ROWS = 16
+#: ... and where the strips do not take them (measured: see the module doc)
+FEW_MORE_ROWS = 48
 #: the longest columns the backward takes here
-FEW_GRAD_ROWS = 16
+FEW_GRAD_ROWS = 48
+#: planes narrower than this many columns take columns of any length up to
+#: a chunk (:data:`.segment.CHUNK`: longer ones merge chunks, which these
+#: kernels do not) here, forward and backward: the tiles of so few columns
+#: ran 1.2-2.4x slower
+NARROW = 4 * W
 #: strips a forward block takes its logs of in one loop
 BLOCK = 8
 
@@ -116,17 +144,23 @@ _LSM = Op.LOG_SOFTMAX
 
 
 @njit(cache=True)
-def takes_few_rows(g):
-    """Whether a forward on the column geometry ``g`` goes here: at most
-    :data:`FEW_ROWS` rows, unit column strides."""
-    return g[2] <= FEW_ROWS and g[8] == 1 and g[13] == 1
+def takes_few_rows(g, strips_take):
+    """Whether a forward on the column geometry ``g`` goes here (unit column
+    strides): columns of at most :data:`FEW_ROWS` rows; where the strips do
+    not take the call (``strips_take``), of at most :data:`FEW_MORE_ROWS`,
+    or of up to a chunk in planes narrower than :data:`NARROW`."""
+    n = g[2]
+    return g[8] == 1 and g[13] == 1 and (
+        n <= FEW_ROWS or (not strips_take and (n <= FEW_MORE_ROWS or (g[3] < NARROW and n <= CHUNK))))
 
 
 @njit(cache=True)
 def takes_backward_few_rows(g):
-    """Whether a backward on ``g`` goes here: at most :data:`FEW_GRAD_ROWS`
-    rows, unit column strides of ``diff_dst``, ``dst`` and the result."""
-    return g[2] <= FEW_GRAD_ROWS and g[8] == 1 and g[13] == 1 and g[18] == 1
+    """Whether a backward on ``g`` goes here: unit column strides of
+    ``diff_dst``, ``dst`` and the result, and at most :data:`FEW_GRAD_ROWS`
+    rows, or up to a chunk in a plane narrower than :data:`NARROW`."""
+    n = g[2]
+    return g[8] == 1 and g[13] == 1 and g[18] == 1 and (n <= FEW_GRAD_ROWS or (g[3] < NARROW and n <= CHUNK))
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -185,12 +219,14 @@ def _write_row(xb, p, ob, q, bn, op, accurate, sb, fb, c32, stream):
     as :func:`forward_few` lays them out."""
     full = bn // W * W
     zero = splat(0.0)
-    for j in range(0, full, W):
-        y = _write_vec(vload(xb, p + j), j, op, accurate, sb, fb, c32, zero)
-        if stream and address(ob, q + j) % (W * ob.itemsize) == 0:
-            vstore_nt(ob, q + j, y)
-        else:
-            vstore(ob, q + j, y)
+    if stream and address(ob, q) % (W * ob.itemsize) == 0:
+        for j in range(0, full, W):
+            prefetch_l2(xb, p + j + BLOCK * W)
+            vstore_nt(ob, q + j, _write_vec(vload(xb, p + j), j, op, accurate, sb, fb, c32, zero))
+    else:
+        for j in range(0, full, W):
+            prefetch_l2(xb, p + j + BLOCK * W)
+            vstore(ob, q + j, _write_vec(vload(xb, p + j), j, op, accurate, sb, fb, c32, zero))
     if full < bn:
         y = _write_vec(vload_n(xb, p + full, bn - full, _ZERO), full, op, accurate, sb, fb, c32, zero)
         vstore_n(ob, q + full, y, bn - full)
@@ -279,76 +315,104 @@ def forward_few_parallel(xb, ob, g, op, accurate, J, ntask):
 @njit(cache=True, nogil=True, error_model="numpy")
 def backward_few(db, yb, ob, g, op, accurate, J, t0, t1):
     """Backward on tiles ``[t0, t1)``, as :func:`.columns.backward_tiles`;
-    ``ob`` may be the memory of ``db`` or ``yb`` (in place)."""
-    wide_vectors()
-    n = g[2]
-    ni = g[3]
-    dsn = g[7]
-    ysn = g[12]
-    osn = g[17]
-    # (the forward's preamble, written out again: one helper for both made
-    # this kernel 0.93-0.97x, in-process A/B, three shapes)
-    a = line_shift(ob, g, 2, J)
-    ntile = tiles_per_outer(ni, J, a)
-    if t1 < 0:
-        t1 = g[0] * g[1] * ntile
-    stream = _tiles_stream(ob, g, J)
-    used = min(n, GRAD_LANES)
-    acc = np.empty(GRAD_LANES * W)
-    sb = np.empty(BLOCK * W)  # the block's sums
-    sa = np.empty(BLOCK * W, np.float32)  # the same in float32, for the fast path
-    zero = splat(0.0)
-    for t in range(t0, t1):
-        o, j0, jn = _tile_cols(t, ntile, J, ni, a)
-        dbase, _dsn, _dsi = _tile_geom(g, 0, o, j0)
-        ybase, _ysn, _ysi = _tile_geom(g, 1, o, j0)
-        obase, _osn, _osi = _tile_geom(g, 2, o, j0)
-        for b0 in range(0, jn, BLOCK * W):
-            bn = min(BLOCK * W, jn - b0)
-            for j in range(0, bn, W):
-                w = min(W, bn - j)
-                pd = dbase + b0 + j
-                py = ybase + b0 + j
-                for lane_ in range(used):
-                    lo = zero
-                    hi = zero
-                    for k in range(lane_, n, GRAD_LANES):
-                        d = vload_n(db, pd + k * dsn, w, _ZERO)
-                        if op == _LSM:
-                            lo = lo + lo_f64(d)
-                            hi = hi + hi_f64(d)
+    ``ob`` may be the memory of ``db`` or ``yb`` (in place). Columns of
+    more than :data:`FEW_ROWS` rows ask for the next block's rows in pass 2
+    (:func:`_backward_ahead`): in-process A/B against the same loop without,
+    16x21x64x64 float32 1.11x, 16x32x64x64 1.37x, 64x32x112x112
+    (streamed) 2.09x. Compiled apart: in the same function, untaken, that
+    loop cost 3-row bfloat16 columns 5-12%."""
+    if g[2] > FEW_ROWS:
+        _backward_ahead(db, yb, ob, g, op, accurate, J, t0, t1)
+    else:
+        _backward_near(db, yb, ob, g, op, accurate, J, t0, t1)
+
+
+def _backward_kernel(ahead):
+    """:func:`backward_few`'s kernel, ``ahead`` a constant of its compile
+    (numba freezes a closure's variables; its cache keeps the two apart).
+    The same body inlined (``forceinline``) into two wrappers ran 3-8%
+    slower on 3-8-row columns than compiled as a function of its own."""
+
+    @njit(cache=True, nogil=True, error_model="numpy")
+    def backward_tiles(db, yb, ob, g, op, accurate, J, t0, t1):
+        wide_vectors()
+        n = g[2]
+        ni = g[3]
+        dsn = g[7]
+        ysn = g[12]
+        osn = g[17]
+        # (the forward's preamble, written out again: one helper for both made
+        # this kernel 0.93-0.97x, in-process A/B, three shapes)
+        a = line_shift(ob, g, 2, J)
+        ntile = tiles_per_outer(ni, J, a)
+        if t1 < 0:
+            t1 = g[0] * g[1] * ntile
+        stream = _tiles_stream(ob, g, J)
+        used = min(n, GRAD_LANES)
+        acc = np.empty(GRAD_LANES * W)
+        sb = np.empty(BLOCK * W)  # the block's sums
+        sa = np.empty(BLOCK * W, np.float32)  # the same in float32, for the fast path
+        zero = splat(0.0)
+        for t in range(t0, t1):
+            o, j0, jn = _tile_cols(t, ntile, J, ni, a)
+            dbase, _dsn, _dsi = _tile_geom(g, 0, o, j0)
+            ybase, _ysn, _ysi = _tile_geom(g, 1, o, j0)
+            obase, _osn, _osi = _tile_geom(g, 2, o, j0)
+            for b0 in range(0, jn, BLOCK * W):
+                bn = min(BLOCK * W, jn - b0)
+                for j in range(0, bn, W):
+                    w = min(W, bn - j)
+                    pd = dbase + b0 + j
+                    py = ybase + b0 + j
+                    for lane_ in range(used):
+                        lo = zero
+                        hi = zero
+                        for k in range(lane_, n, GRAD_LANES):
+                            d = vload_n(db, pd + k * dsn, w, _ZERO)
+                            if op == _LSM:
+                                lo = lo + lo_f64(d)
+                                hi = hi + hi_f64(d)
+                            else:
+                                y = vload_n(yb, py + k * ysn, w, _ZERO)
+                                lo = lo + lo_f64(d) * lo_f64(y)
+                                hi = hi + hi_f64(d) * hi_f64(y)
+                        vstore(acc, lane_ * W, lo)
+                        vstore(acc, lane_ * W + W // 2, hi)
+                    _lane_tree(acc, used, 2, W // 2, W, GRAD_LANES)
+                    sl = vload(acc, 0)
+                    sh = vload(acc, W // 2)
+                    vstore(sb, j, sl)
+                    vstore(sb, j + W // 2, sh)
+                    vstore(sa, j, join_f32(sl, sh))
+                # pass 2 a row of the block at a time (as the forward's)
+                full = bn // W * W
+                for k in range(n):
+                    pd = dbase + b0 + k * dsn
+                    py = ybase + b0 + k * ysn
+                    q = obase + b0 + k * osn
+                    for j in range(0, full, W):
+                        if ahead:  # the next block's row, into L2
+                            prefetch_l2(db, pd + j + BLOCK * W)
+                            prefetch_l2(yb, py + j + BLOCK * W)
+                        v = _grad_vec(vload(db, pd + j), vload(yb, py + j), vload(sb, j), vload(sb, j + W // 2),
+                                      vload(sa, j), op, accurate)
+                        if stream and address(ob, q + j) % (W * ob.itemsize) == 0:
+                            vstore_nt(ob, q + j, v)
                         else:
-                            y = vload_n(yb, py + k * ysn, w, _ZERO)
-                            lo = lo + lo_f64(d) * lo_f64(y)
-                            hi = hi + hi_f64(d) * hi_f64(y)
-                    vstore(acc, lane_ * W, lo)
-                    vstore(acc, lane_ * W + W // 2, hi)
-                _lane_tree(acc, used, 2, W // 2, W, GRAD_LANES)
-                sl = vload(acc, 0)
-                sh = vload(acc, W // 2)
-                vstore(sb, j, sl)
-                vstore(sb, j + W // 2, sh)
-                vstore(sa, j, join_f32(sl, sh))
-            # pass 2 a row of the block at a time (as the forward's)
-            full = bn // W * W
-            for k in range(n):
-                pd = dbase + b0 + k * dsn
-                py = ybase + b0 + k * ysn
-                q = obase + b0 + k * osn
-                for j in range(0, full, W):
-                    v = _grad_vec(vload(db, pd + j), vload(yb, py + j), vload(sb, j), vload(sb, j + W // 2),
-                                  vload(sa, j), op, accurate)
-                    if stream and address(ob, q + j) % (W * ob.itemsize) == 0:
-                        vstore_nt(ob, q + j, v)
-                    else:
-                        vstore(ob, q + j, v)
-                if full < bn:
-                    d = vload_n(db, pd + full, bn - full, _ZERO)
-                    y = vload_n(yb, py + full, bn - full, _ZERO)
-                    v = _grad_vec(d, y, vload(sb, full), vload(sb, full + W // 2), vload(sa, full), op, accurate)
-                    vstore_n(ob, q + full, v, bn - full)
-    if stream:
-        sfence()
+                            vstore(ob, q + j, v)
+                    if full < bn:
+                        d = vload_n(db, pd + full, bn - full, _ZERO)
+                        y = vload_n(yb, py + full, bn - full, _ZERO)
+                        v = _grad_vec(d, y, vload(sb, full), vload(sb, full + W // 2), vload(sa, full), op, accurate)
+                        vstore_n(ob, q + full, v, bn - full)
+        if stream:
+            sfence()
+
+    return backward_tiles
+
+
+_backward_ahead = _backward_kernel(True)
+_backward_near = _backward_kernel(False)
 
 
 @njit(cache=True, nogil=True, parallel=True, error_model="numpy")
