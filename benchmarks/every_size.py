@@ -10,7 +10,8 @@ medians of ``--repeat`` rounds; :func:`common.time_calls`):
   of a segmentation model (2, 3, 10, 19, 21), from 16 KiB to 64 MiB;
 * **mid-size rows**: the last axis, from L1 to L2 sized arrays (classifier
   heads of 10-1000 classes, batches of 64-4096);
-* **other axes**: ``axis=0`` of matrices and an inner axis of 3-D arrays.
+* **other axes**: ``axis=0`` of matrices, an inner axis of 3-D arrays and
+  channels over planes of a few dozen columns.
 
 Each row: ours ``out=``, PyTorch ``out=`` (``torch.log_softmax(out=)``,
 ``_log_softmax_backward_data.out``), and PyTorch's time over ours (above
@@ -61,6 +62,8 @@ CASES = [
     ("axes", (1000, 100), 0, np.float32),
     ("axes", (100, 100, 3), 2, np.float32),
     ("axes", (4, 8, 64, 64), 2, np.float32),
+    ("axes", (512, 128, 49), 1, np.float32),  # channels of 7x7 maps: planes of 49 columns
+    ("axes", (1024, 64, 32), 1, BF16),
 ]
 
 
