@@ -315,20 +315,28 @@ def forward_few_parallel(xb, ob, g, op, accurate, J, ntask):
 @njit(cache=True, nogil=True, error_model="numpy")
 def backward_few(db, yb, ob, g, op, accurate, J, t0, t1):
     """Backward on tiles ``[t0, t1)``, as :func:`.columns.backward_tiles`;
-    ``ob`` may be the memory of ``db`` or ``yb`` (in place). Columns of
-    more than :data:`FEW_ROWS` rows ask for the next block's rows in pass 2
-    (:func:`_backward_ahead`): in-process A/B against the same loop without,
-    16x21x64x64 float32 1.11x, 16x32x64x64 1.37x, 64x32x112x112
-    (streamed) 2.09x. Compiled apart: in the same function, untaken, that
-    loop cost 3-row bfloat16 columns 5-12%."""
+    ``ob`` may be the memory of ``db`` or ``yb`` (in place). Two compiles
+    of one kernel (:func:`_backward_kernel`), by the rows:
+
+    * more than :data:`FEW_ROWS`: pass 2 asks for the next block's rows
+      as it goes (in-process A/B against the same loop without,
+      16x21x64x64 float32 1.11x, 16x32x64x64 1.37x, 64x32x112x112
+      (streamed) 2.09x; in the same function, untaken, that loop cost
+      3-row bfloat16 columns 5-12%);
+    * up to :data:`FEW_ROWS`: the lanes' tree runs once a block, over its
+      8 strips' lanes, not once a strip (A/B, same bits: 8x3x256x256
+      float32 / bfloat16 1.09x / 1.10x, 16x3x32x32 1.08x, 4x10x16x16
+      1.05x; at 21-64 rows it lost, 0.93-0.98x: a block's lanes then
+      take 21-32 KiB of L1)."""
     if g[2] > FEW_ROWS:
-        _backward_ahead(db, yb, ob, g, op, accurate, J, t0, t1)
+        _backward_many(db, yb, ob, g, op, accurate, J, t0, t1)
     else:
-        _backward_near(db, yb, ob, g, op, accurate, J, t0, t1)
+        _backward_few_rows(db, yb, ob, g, op, accurate, J, t0, t1)
 
 
-def _backward_kernel(ahead):
-    """:func:`backward_few`'s kernel, ``ahead`` a constant of its compile
+def _backward_kernel(many):
+    """:func:`backward_few`'s kernel, ``many`` (columns of more than
+    :data:`FEW_ROWS` rows) a constant of its compile
     (numba freezes a closure's variables; its cache keeps the two apart).
     The same body inlined (``forceinline``) into two wrappers ran 3-8%
     slower on 3-8-row columns than compiled as a function of its own."""
@@ -349,8 +357,11 @@ def _backward_kernel(ahead):
             t1 = g[0] * g[1] * ntile
         stream = _tiles_stream(ob, g, J)
         used = min(n, GRAD_LANES)
-        acc = np.empty(GRAD_LANES * W)
-        sb = np.empty(BLOCK * W)  # the block's sums
+        # the lanes' sums: of a strip (lane l at l * W), the block's sums in
+        # sb; or, columns of up to FEW_ROWS rows, of the block (lane l at
+        # l * BLOCK * W), the block's sums in its lane 0
+        acc = np.empty(GRAD_LANES * (W if many else BLOCK * W))
+        sb = np.empty(BLOCK * W) if many else acc
         sa = np.empty(BLOCK * W, np.float32)  # the same in float32, for the fast path
         zero = splat(0.0)
         for t in range(t0, t1):
@@ -376,14 +387,20 @@ def _backward_kernel(ahead):
                                 y = vload_n(yb, py + k * ysn, w, _ZERO)
                                 lo = lo + lo_f64(d) * lo_f64(y)
                                 hi = hi + hi_f64(d) * hi_f64(y)
-                        vstore(acc, lane_ * W, lo)
-                        vstore(acc, lane_ * W + W // 2, hi)
-                    _lane_tree(acc, used, 2, W // 2, W, GRAD_LANES)
-                    sl = vload(acc, 0)
-                    sh = vload(acc, W // 2)
-                    vstore(sb, j, sl)
-                    vstore(sb, j + W // 2, sh)
-                    vstore(sa, j, join_f32(sl, sh))
+                        if many:
+                            vstore(acc, lane_ * W, lo)
+                            vstore(acc, lane_ * W + W // 2, hi)
+                        else:
+                            vstore(acc, lane_ * BLOCK * W + j, lo)
+                            vstore(acc, lane_ * BLOCK * W + j + W // 2, hi)
+                    if many:
+                        _lane_tree(acc, used, 2, W // 2, W, GRAD_LANES)
+                        vstore(sb, j, vload(acc, 0))
+                        vstore(sb, j + W // 2, vload(acc, W // 2))
+                if not many:  # the tree of the whole block at once (module doc)
+                    _lane_tree(acc, used, 2 * -(-bn // W), W // 2, BLOCK * W, GRAD_LANES)
+                for j in range(0, bn, W):
+                    vstore(sa, j, join_f32(vload(sb, j), vload(sb, j + W // 2)))
                 # pass 2 a row of the block at a time (as the forward's)
                 full = bn // W * W
                 for k in range(n):
@@ -391,7 +408,7 @@ def _backward_kernel(ahead):
                     py = ybase + b0 + k * ysn
                     q = obase + b0 + k * osn
                     for j in range(0, full, W):
-                        if ahead:  # the next block's row, into L2
+                        if many:  # the next block's row, into L2
                             prefetch_l2(db, pd + j + BLOCK * W)
                             prefetch_l2(yb, py + j + BLOCK * W)
                         v = _grad_vec(vload(db, pd + j), vload(yb, py + j), vload(sb, j), vload(sb, j + W // 2),
@@ -411,8 +428,8 @@ def _backward_kernel(ahead):
     return backward_tiles
 
 
-_backward_ahead = _backward_kernel(True)
-_backward_near = _backward_kernel(False)
+_backward_many = _backward_kernel(True)
+_backward_few_rows = _backward_kernel(False)
 
 
 @njit(cache=True, nogil=True, parallel=True, error_model="numpy")
