@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import ml_dtypes
 import numba
 import numpy as np
 
@@ -109,6 +110,14 @@ def problem_from_json(p: dict, src: str, dst: str, direction: str) -> Problem:
         axis=int(p["axis"]),
         name=p["perf_id"].replace("perf", "p"),
     )
+
+
+def torch_view(torch, a: np.ndarray):
+    """``a`` as a torch tensor on the same memory (bfloat16 by its bits);
+    ``torch``: the module, imported by the caller (an optional extra)."""
+    if a.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 def strided_empty(shape, order, dtype):

@@ -32,7 +32,7 @@ import numpy as np
 import logsoftmax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_info, time_calls  # noqa: E402
+from common import cpu_info, time_calls, torch_view  # noqa: E402
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -67,12 +67,6 @@ CASES = [
 ]
 
 
-def _torch_view(torch, a):
-    if a.dtype == BF16:
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(a)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=7)
@@ -97,7 +91,7 @@ def main(argv=None) -> int:
         dy = rng.standard_normal(shape).astype(np.float32).astype(dtype)
         y = logsoftmax.log_softmax(x, axis)
         o = np.empty_like(x)
-        tx, ty, tdy = (_torch_view(torch, a) for a in (x, y, dy))
+        tx, ty, tdy = (torch_view(torch, a) for a in (x, y, dy))
         to = torch.empty_like(tx)
         fns = {
             "fwd": lambda: logsoftmax.log_softmax(x, axis, out=o),

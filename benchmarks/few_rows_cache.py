@@ -24,18 +24,12 @@ import numpy as np
 import logsoftmax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_info, time_calls  # noqa: E402
+from common import cpu_info, time_calls, torch_view  # noqa: E402
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 #: (shape, axis): few-row columns, then long rows of about the same size
 SHAPES = [((1, 3, 128, 128), 1), ((2, 3, 256, 256), 1), ((1, 21, 64, 64), 1), ((1024, 8, 32), 1),
           ((4, 12288), 1)]
-
-
-def _torch_view(torch, a):
-    if a.dtype == BF16:
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(a)  # (float16: numpy's is torch's)
 
 
 def main(argv=None) -> int:
@@ -56,7 +50,7 @@ def main(argv=None) -> int:
             y = logsoftmax.log_softmax(x, axis)
             d = rng.standard_normal(shape).astype(np.float32).astype(dt)
             out = np.empty_like(x)
-            tx, ty, td, to = (_torch_view(torch, a) for a in (x, y, d, out))
+            tx, ty, td, to = (torch_view(torch, a) for a in (x, y, d, out))
             tdt = tx.dtype
             cases = {
                 "fwd": (lambda: logsoftmax.log_softmax(x, axis, out=out),

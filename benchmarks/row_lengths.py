@@ -31,17 +31,10 @@ import numpy as np
 import logsoftmax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import CopyBench, cpu_info, time_calls  # noqa: E402
+from common import CopyBench, cpu_info, time_calls, torch_view  # noqa: E402
 
 ELEMENTS = 1 << 27
 DTYPES = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
-
-
-def _torch_view(torch, a):
-    """``a`` as a torch tensor on the same memory (bfloat16 by its bits)."""
-    if a.dtype == ml_dtypes.bfloat16:
-        return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16)
-    return torch.from_numpy(a)
 
 
 def main() -> None:
@@ -65,11 +58,11 @@ def main() -> None:
     for n in (int(v) for v in args.n.split(",")):
         x = (rng.standard_normal((ELEMENTS // n, n)) * 3).astype(dt)
         out = np.empty_like(x)
-        tx, to = _torch_view(torch, x), _torch_view(torch, out)
+        tx, to = torch_view(torch, x), torch_view(torch, out)
         if args.bwd:
             y = logsoftmax.log_softmax(x)
             d = rng.standard_normal(x.shape).astype(dt)
-            ty, td = _torch_view(torch, y), _torch_view(torch, d)
+            ty, td = torch_view(torch, y), torch_view(torch, d)
             fns = {
                 "ours": lambda: logsoftmax.log_softmax_backward(d, y, out=out),
                 "torch": lambda: torch._log_softmax_backward_data(td, ty, 1, ty.dtype, out=to),

@@ -67,8 +67,9 @@ for the next block's row (``prefetcht1``) as it goes: the rows of a strip
 lie a plane's row apart, dozens of pages the hardware prefetchers do not
 follow (unmeasured: there are no cache counters here); without it
 16x32x64x64 float32 lost to the tiles (0.70x), with it 1.34-1.37x faster
-than without. The forward's pass 2 asks for its next block's row too (as
-fast at 3-16 rows: 1.00-1.03x).
+than without. The forward's pass 2 asks for its next block's row too
+(without: 512x128x49 float32 0.91-0.95x, 1024x64x32 0.95-0.97x; 3-row
+columns 0.97-1.05x).
 """
 
 from __future__ import annotations
@@ -219,6 +220,13 @@ def _write_row(xb, p, ob, q, bn, op, accurate, sb, fb, c32, stream):
     as :func:`forward_few` lays them out."""
     full = bn // W * W
     zero = splat(0.0)
+    # Every vector of the row sits at ``q``'s offset in a vector, so the
+    # choice of store is made once a row, two loops (one loop testing each
+    # vector's address: 32x2x512x512 float32 0.94x, 8x3x256x256 and
+    # 16x3x512x512 bfloat16 0.95-0.96x, in-process A/B). Each vector asks
+    # for the next block's row into L2 (without: 512x128x49 float32
+    # 0.91-0.95x, 1024x64x32 0.95-0.97x, 2048x60x8 0.96x; 3-row columns
+    # 0.97-1.05x).
     if stream and address(ob, q) % (W * ob.itemsize) == 0:
         for j in range(0, full, W):
             prefetch_l2(xb, p + j + BLOCK * W)
@@ -324,10 +332,11 @@ def backward_few(db, yb, ob, g, op, accurate, J, t0, t1):
       (streamed) 2.09x; in the same function, untaken, that loop cost
       3-row bfloat16 columns 5-12%);
     * up to :data:`FEW_ROWS`: the lanes' tree runs once a block, over its
-      8 strips' lanes, not once a strip (A/B, same bits: 8x3x256x256
-      float32 / bfloat16 1.09x / 1.10x, 16x3x32x32 1.08x, 4x10x16x16
-      1.05x; at 21-64 rows it lost, 0.93-0.98x: a block's lanes then
-      take 21-32 KiB of L1)."""
+      8 strips' lanes, not once a strip (A/B, 15 rounds, same bits:
+      8x3x256x256 float32 / bfloat16 1.11x / 1.12x, 16x3x32x32 1.12x,
+      16x2x128x128 1.09x; 4x10x16x16 0.97x, 16x16x64x64 0.99x; at 21-64
+      rows, where a block's lanes take 21-32 KiB of L1, it lost,
+      0.93-0.98x)."""
     if g[2] > FEW_ROWS:
         _backward_many(db, yb, ob, g, op, accurate, J, t0, t1)
     else:
@@ -338,8 +347,9 @@ def _backward_kernel(many):
     """:func:`backward_few`'s kernel, ``many`` (columns of more than
     :data:`FEW_ROWS` rows) a constant of its compile
     (numba freezes a closure's variables; its cache keeps the two apart).
-    The same body inlined (``forceinline``) into two wrappers ran 3-8%
-    slower on 3-8-row columns than compiled as a function of its own."""
+    The same body inlined (``forceinline``) into two wrappers ran 2-8%
+    slower on 3-8-row columns (paired, four shapes, two runs) than
+    compiled as a function of its own."""
 
     @njit(cache=True, nogil=True, error_model="numpy")
     def backward_tiles(db, yb, ob, g, op, accurate, J, t0, t1):
