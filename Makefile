@@ -51,6 +51,7 @@ bench: $(VENV)/.installed-test
 bench-all: bench
 	$(BIN)/python benchmarks/every_size.py
 	$(BIN)/python benchmarks/few_rows_cache.py
+	$(BIN)/python benchmarks/scratch_contents.py
 	$(BIN)/python benchmarks/bench_autograd.py
 	$(BIN)/python benchmarks/bench_adapters.py
 	$(BIN)/python benchmarks/bench_graph.py
