@@ -13,7 +13,7 @@ call for at least 20 ms.
     git worktree add /tmp/old <rev>
     python benchmarks/ab_inprocess.py --old /tmp/old p03:8x16x384x384:f32:fwd:3 ...
 
-A problem is ``name:shape:dtype:fwd|bwd:axis`` (dtype f32, bf16 or f16);
+A problem is ``name:shape:dtype:fwd|bwd:axis`` (dtype f32, bf16, f16 or f64);
 without problems a default set of short-row, vocabulary and strided ones
 runs. Prints per problem the median time of each and ``old / new`` (above
 1: the new tree is faster), the median of the ratios of paired rounds, and
@@ -42,7 +42,7 @@ DEFAULT = [
     "v32kbf:4096x32000:bf16:bwd:1",
     "nchw56:64x64x56x56:f32:fwd:1",
 ]
-DTYPES = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
+DTYPES = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16, "f64": np.float64}
 
 
 def import_old(src: Path):

@@ -11,12 +11,13 @@ medians of ``--repeat`` rounds; :func:`common.time_calls`):
 * **mid-size rows**: the last axis, from L1 to L2 sized arrays (classifier
   heads of 10-1000 classes, batches of 64-4096);
 * **other axes**: ``axis=0`` of matrices, an inner axis of 3-D arrays and
-  channels over planes of a few dozen columns.
+  channels over planes of a few dozen columns;
+* **float64**, numpy's default dtype: rows, columns and channels.
 
 Each row: ours ``out=``, PyTorch ``out=`` (``torch.log_softmax(out=)``,
 ``_log_softmax_backward_data.out``), and PyTorch's time over ours (above
 1: we are faster). Run: ``python benchmarks/every_size.py [--repeat 7]
-[--only seg|rows|axes]`` (prints a markdown table).
+[--only seg|rows|axes|f64]`` (prints a markdown table).
 """
 
 from __future__ import annotations
@@ -64,13 +65,19 @@ CASES = [
     ("axes", (4, 8, 64, 64), 2, np.float32),
     ("axes", (512, 128, 49), 1, np.float32),  # channels of 7x7 maps: planes of 49 columns
     ("axes", (1024, 64, 32), 1, BF16),
+    # numpy's default dtype: float64 in, float64 out (the double-double kernels)
+    ("f64", (512, 100), 1, np.float64),
+    ("f64", (4096, 1000), 1, np.float64),
+    ("f64", (8, 32000), 1, np.float64),
+    ("f64", (1000, 100), 0, np.float64),
+    ("f64", (16, 21, 64, 64), 1, np.float64),
 ]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=7)
-    ap.add_argument("--only", default="", help="comma list of kinds: seg, rows, axes")
+    ap.add_argument("--only", default="", help="comma list of kinds: seg, rows, axes, f64")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     import torch

@@ -20,7 +20,7 @@ their statistics, 1000x100 axis 0 backward was 2.02x slower filled with
 denormals, softmax 2.51x, 5000x37 axis 0 softmax 9.1x.
 
 Run: ``python benchmarks/scratch_contents.py [--rounds 3] [shape:axis:dtype ...]``
-(dtype f32, bf16 or f16; the first run compiles both copies: minutes).
+(dtype f32, bf16, f16 or f64; the first run compiles both copies: minutes).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def worker(problems: list[str]) -> None:
     import logsoftmax
 
     numba.set_num_threads(1)
-    dts = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
+    dts = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16, "f64": np.float64}
     res = {}
     for spec in problems:
         shape_s, axis_s, dt_s = spec.split(":")

@@ -87,6 +87,10 @@ SERIAL_MAX = 1 << 16
 #: fast path's calls keep ``SERIAL_MAX`` (2**15 lost there: 32x1500 0.83x,
 #: one row of 36000 0.54x).
 FEW_SHIFT = 1
+#: float64 calls go parallel from ``SERIAL_MAX >> F64_SHIFT`` elements: a
+#: float64 element costs 2-3x a float32 one (double-double sums). 512x100
+#: float64, 2 threads: 182 us serial (PyTorch 56 us, parallel)
+F64_SHIFT = 2
 
 _F64 = dtypes.float64
 _F32 = dtypes.float32
@@ -843,11 +847,17 @@ def _ops_geom(g, op):
     return g[4 + 5 * op : 9 + 5 * op]
 
 
-def _f64_tile(f64, n: int, ni: int) -> int:
-    """Inner tile width of the float64 column kernels (a speed choice only)."""
+def _f64_tile(f64, n: int, ni: int, tiles_wanted: int = 1) -> int:
+    """Inner tile width of the float64 column kernels (a speed choice only:
+    a column's arithmetic is the same in any tile), narrowed so that a
+    parallel call has ``tiles_wanted`` tiles where it can (1000x100 axis 0
+    was one tile of 100 columns, so one thread)."""
     r = min(n, f64.CHUNK)
     j = max(16, min(1024, (262144 // r) // 16 * 16))
-    return min(j, ni)
+    j = min(j, ni)
+    if -(-ni // j) < tiles_wanted:
+        j = max(f64.LANES, -(-(-(-ni // tiles_wanted)) // f64.LANES) * f64.LANES)
+    return j
 
 
 def _f64_split(f64, rows: int, n: int) -> bool:
@@ -858,12 +868,12 @@ def _f64_forward(f64, x, target, axis, op, ip):
     lay = layout(x.shape, [x.strides, target.strides], [8, target.itemsize], axis)
     xb, ob = lay.buffers([x, target])
     n1, n2, n, ni = lay.dims
-    ser = _serial(x.size)
+    ser = _serial(x.size, F64_SHIFT)
     for g in lay.geometries():
         xg, og = _ops_geom(g, 0), _ops_geom(g, 1)
         if lay.inner:
             f = f64.fwd_inner_serial if ser else f64.fwd_inner
-            f(xb, xg, ob, og, n1, n2, n, ni, op, _f64_tile(f64, n, ni))
+            f(xb, xg, ob, og, n1, n2, n, ni, op, _f64_tile(f64, n, ni, 1 if ser else -(-_threads() // (n1 * n2))))
         elif not ser and _f64_split(f64, n1 * n2, n):
             f64.fwd_rows_split(xb, xg, ob, og, n1, n2, n, op, ip)
         else:
@@ -875,12 +885,12 @@ def _f64_backward(f64, d, y, target, axis, op, ip):
     lay = layout(d.shape, [d.strides, y.strides, target.strides], [8, 8, target.itemsize], axis)
     db, yb, ob = lay.buffers([d, y, target])
     n1, n2, n, ni = lay.dims
-    ser = _serial(d.size)
+    ser = _serial(d.size, F64_SHIFT)
     for g in lay.geometries():
         dg, yg, og = _ops_geom(g, 0), _ops_geom(g, 1), _ops_geom(g, 2)
         if lay.inner:
             f = f64.bwd_inner_serial if ser else f64.bwd_inner
-            f(db, dg, yb, yg, ob, og, n1, n2, n, ni, op, _f64_tile(f64, n, ni))
+            f(db, dg, yb, yg, ob, og, n1, n2, n, ni, op, _f64_tile(f64, n, ni, 1 if ser else -(-_threads() // (n1 * n2))))
         elif not ser and _f64_split(f64, n1 * n2, n):
             f64.bwd_rows_split(db, dg, yb, yg, ob, og, n1, n2, n, op)
         else:

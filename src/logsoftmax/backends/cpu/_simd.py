@@ -528,7 +528,7 @@ def acc_dd(hi, lo, v):
 def add_dd(ah, al, bh, bl):
     """``(ah + al) + (bh + bl)`` as a normalised double-double."""
     s, e = two_sum(ah, bh)
-    e += al + bl
+    e = e + (al + bl)  # (not +=: vectors have no in-place add)
     h = s + e
     return h, e - (h - s)
 

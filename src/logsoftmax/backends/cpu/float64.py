@@ -14,8 +14,13 @@ Why a module of its own: the float32 kernels (:mod:`.rows`, :mod:`.columns`,
 :mod:`.split`) are explicit 16-lane float32 vectors with their own ``exp``,
 built for speed at float32 accuracy. A float64 result rounded from plain
 float64 arithmetic misses correct rounding by up to 1.5 eps (numbers below),
-so these kernels carry double-double sums and logs and use ``math.exp``;
-they are plain loops left to LLVM's autovectoriser.
+so these kernels carry double-double sums and logs. Their ``exp`` is
+:func:`._math.exp_f64_ulp` (within one ulp, vectors or scalars, the same
+bits), and their hot loops are explicit float64 vectors (8 lanes): with a
+``math.exp`` call per element they were scalar, and the ``exp`` alone took
+70% of their time (twenty-fifth Intel session, docs/performance.md: 2-3.9x
+faster since, in-process A/B). Loops without an ``exp`` are left to LLVM's
+autovectoriser.
 
 Algorithm (the arithmetic is *defined* per row, so results are bit-identical
 whatever the strides of input or output, in place or not, the number of
@@ -24,8 +29,13 @@ threads, or whether a long row is split across threads):
 * A row of ``n`` elements is cut into chunks of ``CHUNK = 4096`` elements
   (the last one shorter). For chunk ``c``: ``m_c = max`` (exact;
   ``llvm.maxnum``, vectorised) and ``s_c + l_c = sum(exp(x - m_c))``, a
-  sequential compensated (TwoSum) sum: ``l_c`` collects every addition's
-  rounding error, so the sum is exact to ~``n * 2**-106``.
+  compensated (TwoSum) sum in :data:`LANES` lanes: element ``k`` goes to
+  lane ``k % LANES``, each lane a sequential double-double whose ``lo``
+  collects every addition's rounding error, and the lanes are added in a
+  fixed tree (:func:`_lanes_dd`), so the sum is exact to ~``n * 2**-106``.
+  A tile column keeps the same lanes (:func:`_inner_stats`). (One
+  sequential lane before: its chain of additions held a row of 1000 to
+  2.6 ns an element.)
 * Chunks merge in order, as double-doubles:
   ``(m, s) <- (max(m, m_c), s * e^(m - M) + s_c * e^(m_c - M))``.
   This is the online softmax at chunk granularity: pass 1 reads each row
@@ -77,10 +87,13 @@ import math
 import types as pytypes
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.extending import overload
 
 from .. import InPlace, Op
+from ._math import exp_f64_ulp
 from ._simd import I0, I1, acc_dd, add_dd, log_dd, maxnum, store, two_sum, view
+from ._vec import W, lane, splat, vload, vload_n, vload_part, vmax, vstore, vstore_part, where
 
 __all__ = [
     "CHUNK",
@@ -108,10 +121,14 @@ CHUNK = 4096
 _GROUP = 8
 #: LLVM vectorised the first version's hot loops 64 float32 at a time and
 #: left the remaining < 64 to a scalar loop (473 ns per row at n = 112 vs
-#: 180 at n = 128, one thread). So the max and out-of-place writes run as
-#: multiples of _VB and finish with an overlapping last block of _VB (max
-#: and y = f(x) are idempotent; in place takes :func:`_fwd_write_ip`).
+#: 180 at n = 128, one thread). So the max runs as multiples of _VB and
+#: finishes with an overlapping last block of _VB (max is idempotent); the
+#: writes are explicit vectors (:func:`_fwd_row_vec`).
 _VB = 64
+#: the compensated sums of a row (and of a tile column) run in this many
+#: lanes, one float64 vector (element k in lane k % LANES)
+LANES = W // 2
+assert LANES == 8  # _lanes_dd_vec's tree is written out for 8
 
 _KW = dict(cache=True, nogil=True, error_model="numpy")
 _PKW = dict(cache=True, nogil=True, error_model="numpy", parallel=True)
@@ -179,6 +196,53 @@ def _tree(t, n):
     return t[0]
 
 
+@njit(forceinline=True)
+def _lanes_dd(h, l, J, j):
+    """The ``LANES`` double-double partial sums ``(h[q J + j], l[q J + j])``
+    of a row (or of column ``j`` of a tile) added in a fixed tree, lane
+    ``q`` with ``q + step`` for ``step = LANES/2, ..., 1`` (destroys them)."""
+    step = LANES // 2
+    while step >= 1:
+        for q in range(step):
+            a = q * J + j
+            b = (q + step) * J + j
+            h[a], l[a] = add_dd(h[a], l[a], h[b], l[b])
+        step //= 2
+    return h[j], l[j]
+
+
+@njit(forceinline=True)
+def _lanes_dd_cols(th, tl, J, jn):
+    """:func:`_lanes_dd` on columns ``j < jn`` at once, a vector of columns
+    at a time (the same additions lane by lane): into ``th[:jn]``,
+    ``tl[:jn]``."""
+    step = LANES // 2
+    while step >= 1:
+        for q in range(step):
+            a = q * J
+            b = (q + step) * J
+            for j in range(0, jn, LANES):
+                c = min(LANES, jn - j)
+                h, l_ = add_dd(vload_part(th, a + j, c, 0.0), vload_part(tl, a + j, c, 0.0),
+                               vload_part(th, b + j, c, 0.0), vload_part(tl, b + j, c, 0.0))
+                vstore_part(th, a + j, h, c)
+                vstore_part(tl, a + j, l_, c)
+        step //= 2
+
+
+@njit(forceinline=True)
+def _lanes_dd_vec(hv, lv):
+    """:func:`_lanes_dd` on the lanes of two vectors (scalars in registers:
+    no scratch allocation per row)."""
+    h0, l0 = add_dd(lane(hv, 0), lane(lv, 0), lane(hv, 4), lane(lv, 4))
+    h1, l1 = add_dd(lane(hv, 1), lane(lv, 1), lane(hv, 5), lane(lv, 5))
+    h2, l2 = add_dd(lane(hv, 2), lane(lv, 2), lane(hv, 6), lane(lv, 6))
+    h3, l3 = add_dd(lane(hv, 3), lane(lv, 3), lane(hv, 7), lane(lv, 7))
+    h0, l0 = add_dd(h0, l0, h2, l2)
+    h1, l1 = add_dd(h1, l1, h3, l3)
+    return add_dd(h0, l0, h1, l1)
+
+
 @njit(**_KW)
 def _seg_max(seg):
     """``maxnum`` over ``seg``: multiples of :data:`_VB`, then the last
@@ -205,10 +269,16 @@ def _chunk_stats(seg):
     m = _seg_max(seg)
     if m == -np.inf:
         return m, (np.nan if _has_nan(seg, I0, n, I1) else 0.0), 0.0
-    hi = 0.0
-    lo = 0.0
-    for k in range(n):
-        hi, lo = acc_dd(hi, lo, math.exp(seg[k] - m))
+    # LANES compensated sums side by side (element k in lane k % LANES): the
+    # exps and the TwoSums a vector at a time. Lanes past the chunk's end
+    # add exp(-inf) = 0, which leaves a lane's (hi, lo) as it is, so the
+    # lanes hold what the column kernel's lanes hold (_inner_stats).
+    mv = splat(m)
+    hv = splat(0.0)
+    lv = hv
+    for k in range(0, n, LANES):
+        hv, lv = acc_dd(hv, lv, exp_f64_ulp(vload_n(seg, k, n - k, -np.inf) - mv))
+    hi, lo = _lanes_dd_vec(hv, lv)
     s = hi + lo
     return m, s, lo - (s - hi)
 
@@ -218,13 +288,13 @@ def _merge(m, s, lo, mc, sc, lc):
     """Online-softmax merge of chunk ``(mc, sc + lc)`` into ``(m, s + lo)``;
     sums are double-doubles."""
     if mc > m:
-        f = math.exp(m - mc)
+        f = exp_f64_ulp(m - mc)
         h, l = add_dd(s * f, lo * f, sc, lc)
         return mc, h, l
     if mc == m:
         h, l = add_dd(s, lo, sc, lc)
         return m, h, l
-    f = math.exp(mc - m)
+    f = exp_f64_ulp(mc - m)
     h, l = add_dd(s, lo, sc * f, lc * f)
     return m, h, l
 
@@ -248,52 +318,93 @@ def _ls64(x, m, lh, ll):
     d, de = two_sum(x, -m)
     y1, ye = two_sum(d, -lh)
     y = y1 + ((ye + de) - ll)
-    return y if y == y else y1
+    return where(y == y, y, y1)
+
+
+@njit(forceinline=True)
+def _fwd_value(x, m, lh, ll, inv, op):
+    """Pass 2 of the forward on one value or vector (:func:`_fwd_write`)."""
+    if op == Op.LOG_SOFTMAX:
+        return _ls64(x, m, lh, ll)
+    return exp_f64_ulp(x - m) * inv
+
+
+@njit(forceinline=True)
+def _bwd_value(d, y, s, op):
+    """Pass 2 of the backward on one value or vector (:func:`_bwd_write`)."""
+    if op == Op.LOG_SOFTMAX:
+        return d - exp_f64_ulp(y) * s
+    return y * (d - s)
+
+
+def store_vec(buf, i, v):
+    """Round the float64 vector ``v`` once into ``buf[i:i + LANES]`` (any
+    storage type)."""
+    raise NotImplementedError  # pragma: no cover
+
+
+def store_vec_part(buf, i, v, count):
+    """:func:`store_vec` of lanes ``j < count`` only."""
+    raise NotImplementedError  # pragma: no cover
+
+
+@overload(store_vec)
+def _store_vec_ol(buf, i, v):
+    if buf.dtype == types.float64:
+        return lambda buf, i, v: vstore(buf, i, v)
+
+    def lanes(buf, i, v):  # float32/bfloat16/float16: store's one rounding a lane
+        for j in range(LANES):
+            store(buf, i + j, lane(v, j))
+
+    return lanes
+
+
+@overload(store_vec_part)
+def _store_vec_part_ol(buf, i, v, count):
+    if buf.dtype == types.float64:
+        return lambda buf, i, v, count: vstore_part(buf, i, v, count)
+
+    def lanes(buf, i, v, count):
+        for j in range(count):
+            store(buf, i + j, lane(v, j))
+
+    return lanes
+
+
+# Pass 2 in explicit vectors (a masked last one): LLVM left the scalar loops
+# scalar once exp_f64_ulp was inlined into them (a row of 1000 float64: 0.94
+# ns an element for the backward's write, 0.59 for the forward's; 0.50 and
+# 0.30 as vectors). Other result types round lane by lane (store_vec).
+@njit(forceinline=True)
+def _fwd_row_vec(xs, os, n, m, lh, ll, inv, op):
+    mv, lhv, llv, iv = splat(m), splat(lh), splat(ll), splat(inv)
+    nv = n - n % LANES
+    for k in range(0, nv, LANES):
+        store_vec(os, k, _fwd_value(vload(xs, k), mv, lhv, llv, iv, op))
+    if nv < n:
+        store_vec_part(os, nv, _fwd_value(vload_part(xs, nv, n - nv, 0.0), mv, lhv, llv, iv, op), n - nv)
+
+
+@njit(forceinline=True)
+def _bwd_row_vec(ds, ys, os, n, s, op):
+    sv = splat(s)
+    nv = n - n % LANES
+    for k in range(0, nv, LANES):
+        store_vec(os, k, _bwd_value(vload(ds, k), vload(ys, k), sv, op))
+    if nv < n:
+        c = n - nv
+        store_vec_part(os, nv, _bwd_value(vload_part(ds, nv, c, 0.0), vload_part(ys, nv, c, 0.0), sv, op), c)
 
 
 @njit(**_KW)
 def _fwd_write(xs, os, m, s, lo, op):
     """Pass 2 of the forward into ``os`` (any storage type): log_softmax
     ``(x - m) - log(s + lo)`` by :func:`_ls64`, or softmax
-    ``exp(x - m) * (1/s)``. Runs as multiples of :data:`_VB` plus an
-    overlapping last block (the values rewritten are the same), so ``os``
-    must not be ``xs`` (in place: :func:`_fwd_write_ip`)."""
+    ``exp(x - m) * (1/s)``; ``os`` may be ``xs`` (in place: each vector is
+    read before it is written)."""
     lh, ll = log_dd(s, lo) if op == Op.LOG_SOFTMAX else (0.0, 0.0)
-    n = xs.shape[0]
-    nb = n - n % _VB
-    _fwd_span(xs, os, nb, m, s, lh, ll, op)
-    if nb < n:
-        st = max(0, n - _VB)
-        _fwd_span(view(xs, st, n - st), view(os, st, n - st), n - st, m, s, lh, ll, op)
-
-
-@njit(**_KW)
-def _fwd_span(xs, os, n, m, s, lh, ll, op):
-    """:func:`_fwd_write` on the first ``n`` elements; ``lh + ll = log(s)``."""
-    if op == Op.LOG_SOFTMAX:
-        for k in range(n):
-            store(os, k, _ls64(xs[k], m, lh, ll))
-    else:
-        inv = 1.0 / s
-        for k in range(n):
-            store(os, k, math.exp(xs[k] - m) * inv)
-
-
-@njit(**_KW)
-def _fwd_write_ip(xs, m, s, lo, op):
-    """:func:`_fwd_write` into ``xs`` itself (in place; the same values). A
-    separate loop on one array: with two arguments that alias, LLVM's
-    runtime overlap check sends the loop to its scalar version (in place ran
-    at 2x the time)."""
-    n = xs.shape[0]
-    if op == Op.LOG_SOFTMAX:
-        lh, ll = log_dd(s, lo)
-        for k in range(n):
-            xs[k] = _ls64(xs[k], m, lh, ll)
-    else:
-        inv = 1.0 / s
-        for k in range(n):
-            xs[k] = math.exp(xs[k] - m) * inv
+    _fwd_row_vec(xs, os, xs.shape[0], m, lh, ll, 1.0 / s, op)
 
 
 @njit(**_KW)
@@ -349,35 +460,18 @@ def _bwd_row_sum(ds, ys, t, op):
 def _bwd_write(ds, ys, os, s, op):
     """Pass 2 of the backward into ``os`` (any storage type):
     ``dd - exp(y) * S`` (log_softmax) or ``y * (dd - S)`` (softmax)."""
-    n = ds.shape[0]
-    if op == Op.LOG_SOFTMAX:
-        for k in range(n):
-            store(os, k, ds[k] - math.exp(ys[k]) * s)
-    else:
-        for k in range(n):
-            store(os, k, ys[k] * (ds[k] - s))
+    _bwd_row_vec(ds, ys, os, ds.shape[0], s, op)
 
 
 @njit(**_KW)
 def _bwd_write_ip(ds, ys, s, op, ip):
     """:func:`_bwd_write` in place: into ``ds`` (``ip`` is
-    ``InPlace.DIFF_DST``) or ``ys`` (``InPlace.DST``); one loop per target
-    array, as :func:`_fwd_write_ip`."""
+    ``InPlace.DIFF_DST``) or ``ys`` (``InPlace.DST``)."""
     n = ds.shape[0]
     if ip == InPlace.DIFF_DST:
-        if op == Op.LOG_SOFTMAX:
-            for k in range(n):
-                ds[k] = ds[k] - math.exp(ys[k]) * s
-        else:
-            for k in range(n):
-                ds[k] = ys[k] * (ds[k] - s)
+        _bwd_row_vec(ds, ys, ds, n, s, op)
     else:
-        if op == Op.LOG_SOFTMAX:
-            for k in range(n):
-                ys[k] = ds[k] - math.exp(ys[k]) * s
-        else:
-            for k in range(n):
-                ys[k] = ys[k] * (ds[k] - s)
+        _bwd_row_vec(ds, ys, ys, n, s, op)
 
 
 # ---------------------------------------------------------------------------
@@ -455,7 +549,7 @@ def _fwd_rows_unit(xb, xg, ob, og, n2, n, op, ip, rr):
         xs = view(xb, _row_off(xg, r, n2), n)
         m, s, lo = _row_stats(xs)
         if ip == InPlace.SRC:
-            _fwd_write_ip(xs, m, s, lo, op)
+            _fwd_write(xs, xs, m, s, lo, op)
         else:
             _fwd_write(xs, view(ob, _row_off(og, r, n2), n), m, s, lo, op)
 
@@ -499,7 +593,7 @@ def fwd_rows(xb, xg, ob, og, n1, n2, n, op, ip):
             xs = _row(xb, xg, xo, n, xst)
             m, s, lo = _row_stats(xs)
             if ip == InPlace.SRC:
-                _fwd_write_ip(xs, m, s, lo, op)
+                _fwd_write(xs, xs, m, s, lo, op)
                 if xg[3] != 1:
                     _scatter(xs, xb, xo, n, xg[3])
             else:
@@ -616,7 +710,7 @@ def fwd_rows_split(xb, xg, ob, og, n1, n2, n, op, ip):
         oo = _row_off(og, r, n2) + c0 * og[3]
         xs = _row(xb, xg, xo, ln, xst)
         if ip == InPlace.SRC:
-            _fwd_write_ip(xs, ms[r], ss[r], ls[r], op)
+            _fwd_write(xs, xs, ms[r], ss[r], ls[r], op)
             if xg[3] != 1:
                 _scatter(xs, xb, xo, ln, xg[3])
         else:
@@ -746,30 +840,47 @@ def _inner_stats(xb, base, sn, n, jn, J):
     costs numba reference-count traffic on the sliced arrays, which at
     J = 16 made this kernel 4x slower than the row kernel.
     """
-    mc = np.empty(J, np.float64)  # a chunk's max and compensated sum th + tl
-    th = np.empty(J, np.float64)
-    tl = np.empty(J, np.float64)
+    mc = np.empty(J, np.float64)  # a chunk's max and compensated sums th + tl,
+    th = np.empty(LANES * J, np.float64)  # LANES per column (as _chunk_stats)
+    tl = np.empty(LANES * J, np.float64)
     m = np.empty(J, np.float64)
     s = np.empty(J, np.float64)
     sl = np.empty(J, np.float64)
     for c0 in range(0, n, CHUNK):
         cl = min(n - c0, CHUNK)
+        jv = jn - jn % LANES
         for j in range(jn):
             mc[j] = -np.inf
+        for k in range(cl):  # (explicit vectors, as the sums below)
+            p = base + (c0 + k) * sn
+            for j in range(0, jv, LANES):
+                vstore(mc, j, vmax(vload(mc, j), vload(xb, p + j)))
+            for j in range(jv, jn):
+                mc[j] = maxnum(mc[j], xb[p + j])
+        for q in range(LANES * J):
+            th[q] = 0.0
+            tl[q] = 0.0
         for k in range(cl):
-            xr = view(xb, base + (c0 + k) * sn, jn)
-            for j in range(jn):
-                mc[j] = maxnum(mc[j], xr[j])
+            p = base + (c0 + k) * sn
+            q = (k % LANES) * J
+            # explicit vectors: as a loop of scalars LLVM left it scalar
+            # (1000x100 axis 0: 1.55 ns an element for these stats)
+            for j in range(0, jv, LANES):
+                e = exp_f64_ulp(vload(xb, p + j) - vload(mc, j))
+                h, l_ = acc_dd(vload(th, q + j), vload(tl, q + j), e)
+                vstore(th, q + j, h)
+                vstore(tl, q + j, l_)
+            if jv < jn:
+                c = jn - jv
+                e = exp_f64_ulp(vload_part(xb, p + jv, c, -np.inf) - vload_part(mc, jv, c, 0.0))
+                h, l_ = acc_dd(vload_part(th, q + jv, c, 0.0), vload_part(tl, q + jv, c, 0.0), e)
+                vstore_part(th, q + jv, h, c)
+                vstore_part(tl, q + jv, l_, c)
+        _lanes_dd_cols(th, tl, J, jn)
         for j in range(jn):
-            th[j] = 0.0
-            tl[j] = 0.0
-        for k in range(cl):
-            xr = view(xb, base + (c0 + k) * sn, jn)
-            for j in range(jn):
-                th[j], tl[j] = acc_dd(th[j], tl[j], math.exp(xr[j] - mc[j]))
-        for j in range(jn):
-            hs = th[j] + tl[j]
-            tl[j] = tl[j] - (hs - th[j])
+            hi, lo = th[j], tl[j]
+            hs = hi + lo
+            tl[j] = lo - (hs - hi)
             th[j] = hs
         for j in range(jn):
             sc = th[j]
@@ -788,14 +899,16 @@ def _inner_stats(xb, base, sn, n, jn, J):
 
 @njit(**_KW)
 def _inner_fwd_row(xr, orow, m, lg, ll, inv, jn, op):
-    """Pass 2 of the forward on a tile row, as :func:`_fwd_span`:
+    """Pass 2 of the forward on a tile row, as :func:`_fwd_write`:
     ``lg + ll = log(s)`` (log_softmax), ``inv = 1/s`` (softmax)."""
-    if op == Op.LOG_SOFTMAX:
-        for j in range(jn):
-            store(orow, j, _ls64(xr[j], m[j], lg[j], ll[j]))
-    else:
-        for j in range(jn):
-            store(orow, j, math.exp(xr[j] - m[j]) * inv[j])
+    jv = jn - jn % LANES
+    for j in range(0, jv, LANES):
+        store_vec(orow, j, _fwd_value(vload(xr, j), vload(m, j), vload(lg, j), vload(ll, j), vload(inv, j), op))
+    if jv < jn:
+        c = jn - jv
+        y = _fwd_value(vload_part(xr, jv, c, 0.0), vload_part(m, jv, c, 0.0), vload_part(lg, jv, c, 0.0),
+                       vload_part(ll, jv, c, 0.0), vload_part(inv, jv, c, 0.0), op)
+        store_vec_part(orow, jv, y, c)
 
 
 @_parallel_and_serial
@@ -860,12 +973,13 @@ def _col_terms(dr, yr, tr, jn, op):
 @njit(**_KW)
 def _inner_bwd_row(dr, yr, orow, s, jn, op):
     """Pass 2 of the backward on a tile row (as :func:`_bwd_write`)."""
-    if op == Op.LOG_SOFTMAX:
-        for j in range(jn):
-            store(orow, j, dr[j] - math.exp(yr[j]) * s[j])
-    else:
-        for j in range(jn):
-            store(orow, j, yr[j] * (dr[j] - s[j]))
+    jv = jn - jn % LANES
+    for j in range(0, jv, LANES):
+        store_vec(orow, j, _bwd_value(vload(dr, j), vload(yr, j), vload(s, j), op))
+    if jv < jn:
+        c = jn - jv
+        g_ = _bwd_value(vload_part(dr, jv, c, 0.0), vload_part(yr, jv, c, 0.0), vload_part(s, jv, c, 0.0), op)
+        store_vec_part(orow, jv, g_, c)
 
 
 @_parallel_and_serial
