@@ -18,7 +18,7 @@ so these kernels carry double-double sums and logs. Their ``exp`` is
 :func:`._math.exp_f64_ulp` (within one ulp, vectors or scalars, the same
 bits), and their hot loops are explicit float64 vectors (8 lanes): with a
 ``math.exp`` call per element they were scalar, and the ``exp`` alone took
-70% of their time (twenty-fifth Intel session, docs/performance.md: 2-3.9x
+70% of their time (twenty-fifth Intel session, docs/performance.md: 2.1-4.4x
 faster since, in-process A/B). Loops without an ``exp`` are left to LLVM's
 autovectoriser.
 
@@ -32,7 +32,7 @@ threads, or whether a long row is split across threads):
   compensated (TwoSum) sum in :data:`LANES` lanes: element ``k`` goes to
   lane ``k % LANES``, each lane a sequential double-double whose ``lo``
   collects every addition's rounding error, and the lanes are added in a
-  fixed tree (:func:`_lanes_dd`), so the sum is exact to ~``n * 2**-106``.
+  fixed tree (:func:`_lanes_dd_vec`), so the sum is exact to ~``n * 2**-106``.
   A tile column keeps the same lanes (:func:`_inner_stats`). (One
   sequential lane before: its chain of additions held a row of 1000 to
   2.6 ns an element.)
@@ -197,25 +197,12 @@ def _tree(t, n):
 
 
 @njit(forceinline=True)
-def _lanes_dd(h, l, J, j):
-    """The ``LANES`` double-double partial sums ``(h[q J + j], l[q J + j])``
-    of a row (or of column ``j`` of a tile) added in a fixed tree, lane
-    ``q`` with ``q + step`` for ``step = LANES/2, ..., 1`` (destroys them)."""
-    step = LANES // 2
-    while step >= 1:
-        for q in range(step):
-            a = q * J + j
-            b = (q + step) * J + j
-            h[a], l[a] = add_dd(h[a], l[a], h[b], l[b])
-        step //= 2
-    return h[j], l[j]
-
-
-@njit(forceinline=True)
 def _lanes_dd_cols(th, tl, J, jn):
-    """:func:`_lanes_dd` on columns ``j < jn`` at once, a vector of columns
-    at a time (the same additions lane by lane): into ``th[:jn]``,
-    ``tl[:jn]``."""
+    """The ``LANES`` double-double partial sums ``(th[q J + j], tl[q J +
+    j])`` of each column ``j < jn`` of a tile added in a fixed tree, lane
+    ``q`` with ``q + step`` for ``step = LANES/2, ..., 1``, into ``th[:jn]``,
+    ``tl[:jn]``: a vector of columns at a time, the additions of
+    :func:`_lanes_dd_vec` lane by lane."""
     step = LANES // 2
     while step >= 1:
         for q in range(step):
@@ -232,8 +219,9 @@ def _lanes_dd_cols(th, tl, J, jn):
 
 @njit(forceinline=True)
 def _lanes_dd_vec(hv, lv):
-    """:func:`_lanes_dd` on the lanes of two vectors (scalars in registers:
-    no scratch allocation per row)."""
+    """A row's ``LANES`` double-double partial sums (the lanes of ``hv``,
+    ``lv``) added in the tree of :func:`_lanes_dd_cols`, as scalars in
+    registers (no scratch allocation per row)."""
     h0, l0 = add_dd(lane(hv, 0), lane(lv, 0), lane(hv, 4), lane(lv, 4))
     h1, l1 = add_dd(lane(hv, 1), lane(lv, 1), lane(hv, 5), lane(lv, 5))
     h2, l2 = add_dd(lane(hv, 2), lane(lv, 2), lane(hv, 6), lane(lv, 6))
