@@ -850,16 +850,17 @@ def _ops_geom(g, op):
     return g[4 + 5 * op : 9 + 5 * op]
 
 
-def _f64_tile(f64, n: int, ni: int, tiles_wanted: int = 1) -> int:
+def _f64_tile(f64, n: int, ni: int, planes: int = 1, parallel: bool = False) -> int:
     """Inner tile width of the float64 column kernels (a speed choice only:
-    a column's arithmetic is the same in any tile), narrowed so that a
-    parallel call has ``tiles_wanted`` tiles where it can (1000x100 axis 0
-    was one tile of 100 columns, so one thread)."""
+    a column's arithmetic is the same in any tile); for a ``parallel`` call
+    over ``planes`` planes, narrowed so that every thread gets a tile where
+    it can (1000x100 axis 0 was one tile of 100 columns, so one thread)."""
     r = min(n, f64.CHUNK)
-    j = max(16, min(1024, (262144 // r) // 16 * 16))
-    j = min(j, ni)
-    if -(-ni // j) < tiles_wanted:
-        j = max(f64.LANES, -(-(-(-ni // tiles_wanted)) // f64.LANES) * f64.LANES)
+    j = min(ni, max(16, min(1024, (262144 // r) // 16 * 16)))
+    wanted = -(-_threads() // planes) if parallel else 1
+    if -(-ni // j) < wanted:
+        share = -(-ni // wanted)  # columns a tile, then whole vectors of them
+        j = max(f64.LANES, -(-share // f64.LANES) * f64.LANES)
     return j
 
 
@@ -876,7 +877,7 @@ def _f64_forward(f64, x, target, axis, op, ip):
         xg, og = _ops_geom(g, 0), _ops_geom(g, 1)
         if lay.inner:
             f = f64.fwd_inner_serial if ser else f64.fwd_inner
-            f(xb, xg, ob, og, n1, n2, n, ni, op, _f64_tile(f64, n, ni, 1 if ser else -(-_threads() // (n1 * n2))))
+            f(xb, xg, ob, og, n1, n2, n, ni, op, _f64_tile(f64, n, ni, n1 * n2, not ser))
         elif not ser and _f64_split(f64, n1 * n2, n):
             f64.fwd_rows_split(xb, xg, ob, og, n1, n2, n, op, ip)
         else:
@@ -893,7 +894,7 @@ def _f64_backward(f64, d, y, target, axis, op, ip):
         dg, yg, og = _ops_geom(g, 0), _ops_geom(g, 1), _ops_geom(g, 2)
         if lay.inner:
             f = f64.bwd_inner_serial if ser else f64.bwd_inner
-            f(db, dg, yb, yg, ob, og, n1, n2, n, ni, op, _f64_tile(f64, n, ni, 1 if ser else -(-_threads() // (n1 * n2))))
+            f(db, dg, yb, yg, ob, og, n1, n2, n, ni, op, _f64_tile(f64, n, ni, n1 * n2, not ser))
         elif not ser and _f64_split(f64, n1 * n2, n):
             f64.bwd_rows_split(db, dg, yb, yg, ob, og, n1, n2, n, op)
         else:
