@@ -40,6 +40,9 @@ from numba import carray, njit, types
 from numba.core.errors import TypingError
 from numba.extending import intrinsic, overload
 
+from ._math import log_f64
+from ._vec import as_float, as_int, lane, splat, vfma, where
+
 __all__ = [
     "wide_vectors",
     "I0",
@@ -63,7 +66,9 @@ __all__ = [
     "acc_dd",
     "add_dd",
     "exp_dd",
+    "exp_dd_vec",
     "log_dd",
+    "log_dd_vec",
 ]
 
 #: Constants passed from one jitted function to another. A bare ``0``, ``1``
@@ -539,46 +544,66 @@ _LN2_LO64 = 1.90821492927058770002e-10
 _TAIL = tuple(1.0 / math.factorial(k) for k in range(17, 2, -1))
 
 
-@njit
-def exp_dd(a):
-    """``e**a`` as a double-double ``(hi, lo)``, relative error ~2**-58, for
-    ``0 <= a <= 700`` (the log of a row sum; no special values).
+@njit(forceinline=True)
+def exp_dd_vec(a):
+    """``e**a`` as a double-double ``(hi, lo)`` of float64 vectors (8 lanes),
+    relative error ~2**-58, for ``0 <= a <= 700`` (the log of a row sum; no
+    special values: other lanes give garbage, never a trap).
 
-    ``a = k ln2 + r`` with ``r`` kept as a double-double (``k * ln2_hi`` is
-    exact and its subtraction is exact by Sterbenz), ``e**r = 1 + r + r**2/2
-    + r**3 P(r)`` with the first three terms summed error-free and the tail
-    (< 0.0075) in plain float64, then the exact scaling by ``2**k``.
+    ``a = k ln2 + r`` with ``k`` rounded to nearest by the 1.5 * 2**52
+    trick and ``r`` kept as a double-double (``k * ln2_hi`` is exact and
+    its subtraction is exact by Sterbenz), ``e**r = 1 + r + r**2/2 + r**3
+    P(r)`` with the first three terms summed error-free and the tail
+    (< 0.0075) in plain float64, then the exact scaling by ``2**k`` (its
+    bits made from ``k``'s, as :func:`._math.log_f64` makes its exponent).
     """
-    kf = np.float64(math.floor(a * _LOG2E64 + 0.5))
+    t = vfma(a, _LOG2E64, _MAGIC64)
+    kf = t - _MAGIC64
     r0 = a - kf * _LN2_HI64
     p = kf * _LN2_LO64
-    pe = fma(kf, _LN2_LO64, -p)
+    pe = vfma(kf, _LN2_LO64, -p)
     r, re = two_sum(r0, -p)
-    re -= pe
-    q = _TAIL[0]
+    re = re - pe
+    q = splat(_TAIL[0])
     for c in _TAIL[1:]:
-        q = fma(q, r, c)
-    q *= r * r * r
+        q = vfma(q, r, c)
+    q = q * (r * r * r)
     sq = r * r
-    sqe = fma(r, r, -sq)
-    a1, e1 = two_sum(1.0, r)
+    sqe = vfma(r, r, -sq)
+    a1, e1 = two_sum(splat(1.0), r)
     a2, e2 = two_sum(a1, 0.5 * sq)
     lo = e1 + e2 + 0.5 * sqe + q + re * a2
     hi = a2 + lo
     lo = lo - (hi - a2)
-    scale = bits_f64((np.int64(kf) + 1023) << 52)
+    scale = as_float((as_int(t) - _MAGIC64_BITS + 1023) << 52)
     return hi * scale, lo * scale
+
+
+@njit(forceinline=True)
+def log_dd_vec(s, lo):
+    """``log(s + lo)`` as a double-double ``(hi, lo)`` of float64 vectors,
+    absolute error ~2**-57 for ``s >= 1`` (a row sum of ``exp(x - max)``):
+    :func:`._math.log_f64` then one Newton step ``L += (s - e**L) / e**L``
+    with ``e**L`` from :func:`exp_dd_vec`. ``s`` NaN, 0 or +inf give
+    ``(log(s), 0)``. Vectors, so a tile's columns take their logs 8 at a
+    time (one at a time: 16.5 ns each, 60% of a float64 forward over 3
+    rows); rows take the same arithmetic through :func:`log_dd`."""
+    h = log_f64(s)
+    eh, el = exp_dd_vec(h)
+    d = (s - eh) + (lo - el)  # s - eh is exact (Sterbenz: they are an ulp or two apart)
+    l_ = where(s >= 1.0, d / eh, 0.0)
+    return h, where(s < np.inf, l_, 0.0)
+
+
+@njit
+def exp_dd(a):
+    """:func:`exp_dd_vec` of one float64."""
+    h, l_ = exp_dd_vec(splat(a))
+    return lane(h, 0), lane(l_, 0)
 
 
 @njit
 def log_dd(s, lo):
-    """``log(s + lo)`` as a double-double ``(hi, lo)``, absolute error ~2**-57
-    for ``s >= 1`` (a row sum of ``exp(x - max)``): ``math.log`` then one
-    Newton step ``L += (s - e**L) / e**L`` with ``e**L`` from :func:`exp_dd`.
-    ``s`` NaN, 0 or +inf give ``(log(s), 0)``."""
-    h = math.log(s)
-    if not (s >= 1.0 and s < np.inf):
-        return h, 0.0
-    eh, el = exp_dd(h)
-    d = (s - eh) + (lo - el)  # s - eh is exact (Sterbenz: they are 1 ulp apart)
-    return h, d / eh
+    """:func:`log_dd_vec` of one float64 (the same bits as a lane of it)."""
+    h, l_ = log_dd_vec(splat(s), splat(lo))
+    return lane(h, 0), lane(l_, 0)
