@@ -1642,7 +1642,7 @@ import ml_dtypes, numpy as np
 import logsoftmax as ls
 rng = np.random.default_rng(3)
 h = hashlib.sha256()
-for dt in (np.float32, ml_dtypes.bfloat16, np.float16):
+for dt in (np.float32, ml_dtypes.bfloat16, np.float16, np.float64):
     for shape, axis in (((37, 300), 1), ((300, 37), 0), ((3, 9000), 1), ((5, 40, 7), 1), ((4, 3, 37), 1),
                          ((2, 21, 70), 1), ((2, 60, 8), 1)):
         x = (rng.standard_normal(shape) * 3).astype(dt)
