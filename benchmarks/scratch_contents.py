@@ -15,9 +15,10 @@ kernels is filled -- with denormal bits (float32 ``0x00000001`` in every
 4 bytes, which read as float64 is a denormal too) in one, with zeros in the
 other -- and times the same calls in alternating subprocesses (one thread,
 ``out=``). A ratio near 1 is what a correct kernel shows; both copies pay
-the same fill. Twenty-fifth Intel session: before the column kernels zeroed
-their statistics, 1000x100 axis 0 backward was 2.02x slower filled with
-denormals, softmax 2.51x, 5000x37 axis 0 softmax 9.1x.
+the same fill. Twenty-fifth Intel session (docs/performance.md), before the
+column kernels zeroed their statistics: 1000x100 axis 0 float32 backward
+1.86x slower filled with denormals, softmax 2.44x, 5000x37 axis 0 softmax
+10.4x; after: 0.96-1.13.
 
 Run: ``python benchmarks/scratch_contents.py [--rounds 3] [shape:axis:dtype ...]``
 (dtype f32, bf16, f16 or f64; the first run compiles both copies: minutes).

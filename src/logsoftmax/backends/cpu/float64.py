@@ -95,7 +95,7 @@ from numba.extending import overload
 from .. import InPlace, Op
 from ._math import exp_f64_ulp
 from ._simd import I0, I1, acc_dd, add_dd, log_dd, log_dd_vec, maxnum, store, two_sum, view
-from ._vec import W, lane, splat, vload, vload_n, vload_part, vmax, vstore, vstore_part, where
+from ._vec import W, lane, splat, vload, vload_part, vmax, vstore, vstore_part, where
 
 __all__ = [
     "CHUNK",
@@ -266,8 +266,11 @@ def _chunk_stats(seg):
     mv = splat(m)
     hv = splat(0.0)
     lv = hv
-    for k in range(0, n, LANES):
-        hv, lv = acc_dd(hv, lv, exp_f64_ulp(vload_n(seg, k, n - k, -np.inf) - mv))
+    nv = n - n % LANES
+    for k in range(0, nv, LANES):
+        hv, lv = acc_dd(hv, lv, exp_f64_ulp(vload(seg, k) - mv))
+    if nv < n:  # (vload_n would mask every vector short of 16 lanes, not 8)
+        hv, lv = acc_dd(hv, lv, exp_f64_ulp(vload_part(seg, nv, n - nv, -np.inf) - mv))
     hi, lo = _lanes_dd_vec(hv, lv)
     s = hi + lo
     return m, s, lo - (s - hi)
