@@ -18,7 +18,8 @@ other -- and times the same calls in alternating subprocesses (one thread,
 the same fill. Twenty-fifth Intel session (docs/performance.md), before the
 column kernels zeroed their statistics: 1000x100 axis 0 float32 backward
 1.86x slower filled with denormals, softmax 2.44x, 5000x37 axis 0 softmax
-10.4x; after: 0.96-1.13.
+10.4x; after: 0.96-1.13 on the tile calls (5000x37 bfloat16 1.22-1.30 in
+one run, 0.97-1.06 in a 5-round rerun).
 
 Run: ``python benchmarks/scratch_contents.py [--rounds 3] [shape:axis:dtype ...]``
 (dtype f32, bf16, f16 or f64; the first run compiles both copies: minutes).
