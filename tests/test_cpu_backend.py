@@ -398,7 +398,7 @@ def test_streaming_column_stores_same_bits(dtype, c, w):
     (a whole number of lines) take the forward's sweeps of
     ``columns.WRITE_ROWS`` rows; 42 of them leave two rows over. 100
     channels of 2000 columns (two tiles a plane) take each next tile's max
-    inside this one's sums on Intel CPUs (``columns.PIPED_LANE_ROWS``)."""
+    inside this one's sums (``columns.PIPED_LANE_ROWS``)."""
     from logsoftmax.backends.cpu.alloc import STREAM_BYTES
 
     # NCHW-like: axis 1, inner w columns (tiles of up to 1024)
@@ -1455,32 +1455,28 @@ def test_hot_loops_vectorise():
 
 def test_prefetch_ahead_fills_the_level_chosen_for_the_cpu():
     """``_vec.prefetch_ahead`` (the kernels' next-chunk prefetch) is a
-    ``prefetcht0`` on AMD Zen and a ``prefetcht1`` elsewhere (measured on an
-    Intel Xeon: docs/performance.md), chosen by the CPU numba compiles for;
-    ``ahead_to_l2`` says which."""
+    ``prefetcht1`` (into L2), except for 16-bit data on AMD Zen: a
+    ``prefetcht0`` (measured on an Intel Xeon and an AMD EPYC Zen 4:
+    docs/performance.md), chosen by the CPU numba compiles for and the
+    buffer's dtype."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("x86 prefetch instructions")
     from numba.core.registry import cpu_target
 
-    from logsoftmax.backends.cpu._vec import ahead_to_l2, prefetch_ahead
+    from logsoftmax.backends.cpu._vec import prefetch_ahead
 
     @numba.njit
     def touch(a):
         prefetch_ahead(a, 64)
         return a[0]
 
-    touch(np.zeros(4, np.float32))
-    asm = next(iter(touch.inspect_asm().values()))
     cpu = cpu_target.target_context.codegen().magic_tuple()[1]
-    level = "prefetcht0" if cpu.startswith("znver") else "prefetcht1"
-    other = "prefetcht1" if level == "prefetcht0" else "prefetcht0"
-    assert level in asm and other not in asm, (cpu, level)
-
-    @numba.njit
-    def to_l2():
-        return ahead_to_l2()
-
-    assert to_l2() == (level == "prefetcht1")
+    for dtype, sixteen in ((np.float32, False), (np.uint16, True), (np.int16, True)):
+        touch(np.zeros(4, dtype))
+        asm = touch.inspect_asm(touch.signatures[-1])
+        level = "prefetcht0" if sixteen and cpu.startswith("znver") else "prefetcht1"
+        other = "prefetcht1" if level == "prefetcht0" else "prefetcht0"
+        assert level in asm and other not in asm, (cpu, dtype, level)
 
 
 # ---------------------------------------------------------------------------

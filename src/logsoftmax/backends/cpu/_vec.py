@@ -57,7 +57,6 @@ __all__ = [
     "prefetch_w",
     "prefetch_l2",
     "prefetch_ahead",
-    "ahead_to_l2",
     "on_amd",
     "splat",
     "vfma",
@@ -568,7 +567,7 @@ def _prefetch_intrinsic(rw, locality=3):
 
         def codegen(context, builder, sig, args):
             ptr = _ptr(context, builder, sig.args[0], args[0], args[1])
-            level = locality if locality is not None else _ahead_locality(context)
+            level = locality if locality is not None else _ahead_locality(context, sig.args[0].dtype)
             i32 = ir.IntType(32)
             fnty = ir.FunctionType(ir.VoidType(), [ir.PointerType(), i32, i32, i32])
             fn = _declare(builder, "llvm.prefetch.p0", fnty)
@@ -596,20 +595,31 @@ prefetch_w = _prefetch_intrinsic(1)
 prefetch_l2 = _prefetch_intrinsic(0, 2)
 
 
-def _ahead_locality(context):
-    """The cache level :func:`prefetch_ahead` fills, by the CPU the code is
-    compiled for (numba's target CPU name, which also keys its on-disk
-    cache): L1 (3) on AMD Zen, L2 (2) elsewhere. Intel Xeon (LLVM
-    rocketlake), 2 threads, 4096x32000 float32 (``python
+def _ahead_locality(context, dtype):
+    """The cache level :func:`prefetch_ahead` fills for a buffer of
+    ``dtype``, by the CPU the code is compiled for (numba's target CPU name,
+    which also keys its on-disk cache): L2 (2), except 16-bit data on AMD
+    Zen: L1 (3).
+
+    Intel Xeon (LLVM rocketlake), 2 threads, 4096x32000 float32 (``python
     benchmarks/vocab_limits.py``): a non-temporal copy 31.1 ms, 25.7 with
     its source asked for 4096 elements ahead into L2 (memcpy 26.5); the row
     statistics (one read stream per core, an exp per element) 33.4 ms with
     ``prefetcht0`` a chunk ahead, 27.7-28.5 with ``prefetcht1``. A
     ``prefetcht0`` holds one of the core's few L1 fill buffers, which the
     streaming stores also use, until its line arrives; a ``prefetcht1``
-    goes to L2, which keeps many more misses in flight. The Zen 4 kernels
-    were tuned with ``prefetcht0`` and keep it."""
-    return 3 if _is_amd(context) else 2
+    goes to L2, which keeps many more misses in flight.
+
+    The Zen 4 kernels were tuned with ``prefetcht0``. Measured again on an
+    AMD EPYC Zen 4 (LLVM znver4; in-process A/B, 2 threads, numpy ``out=``,
+    same bits; docs/performance.md, the eighth Zen 4 session):
+    ``prefetcht1`` for float32 made the vocabulary forward 1.21-1.25x
+    faster (4096x32000, 1024x32000, 512x50257) and tied elsewhere; for
+    bfloat16, whose forward is bound by its arithmetic there, it lost
+    (4096x32000 0.87-0.95x, 256x128256 0.90x), so 16-bit data keeps L1."""
+    if _is_amd(context) and dtype in (types.uint16, types.int16):
+        return 3
+    return 2
 
 
 def _is_amd(context):
@@ -624,21 +634,9 @@ prefetch_ahead = _prefetch_intrinsic(0, None)
 
 
 @intrinsic
-def ahead_to_l2(typingctx):
-    """Whether :data:`prefetch_ahead` fills L2 on the CPU being compiled for
-    (a constant of the compile, so the branch it guards costs nothing): for
-    prefetch patterns measured on one CPU family only."""
-
-    def codegen(context, builder, sig, args):
-        return ir.Constant(ir.IntType(1), int(_ahead_locality(context) == 2))
-
-    return types.boolean(), codegen
-
-
-@intrinsic
 def on_amd(typingctx):
     """Whether the code is compiled for an AMD core (a constant of the
-    compile, as :func:`ahead_to_l2`): for kernel choices measured to differ
+    compile, so the branch it guards costs nothing): for kernel choices measured to differ
     between CPU families."""
 
     def codegen(context, builder, sig, args):

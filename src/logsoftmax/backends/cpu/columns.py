@@ -164,7 +164,8 @@ def tile_width_for(n, ni, backward, threads, outer=1, staged=False, fast16=False
     :data:`STAGED_WIDTH` columns fits half of L2, on Intel: that width
     (:data:`STAGED_WIDTH`). **16-bit fast-path forward tiles** (``fast16``:
     16-bit input, not the accurate path) of lane-major columns, on Intel: up
-    to :data:`FAST16_WIDTH` columns."""
+    to :data:`FAST16_WIDTH` columns (on an AMD EPYC Zen 4 a tie: bfloat16
+    64x16x56x56 and 1024x64x32 axis 1 1.00-1.02x, so not taken there)."""
     l2, l3 = _cache_bytes()
     return column_tile_width(n, ni, backward, threads, outer, l2, l3, staged, fast16)
 
@@ -287,7 +288,9 @@ LANE_MAJOR_ROWS = 256
 #: memory). Longer columns lost, a lane's rows then spread over a
 #: tile of 4 MiB: 4000x16384 bfloat16 0.91x, 2000x32768 float16 0.96x. So
 #: did float64 terms (the accurate path) in the same order: 8x384x64x64
-#: float32 0.93x, 16x1024x32x32 0.93x, staged 4000x16384 0.90x.
+#: float32 0.93x, 16x1024x32x32 0.93x, staged 4000x16384 0.90x. On an AMD
+#: EPYC Zen 4 (LLVM znver4) it loses: p04 0.91x (paired 0.95) in the same
+#: A/B (the eighth Zen 4 session), so AMD cores keep row by row.
 LANE_ORDER_ROWS = 1024
 #: tile rows ahead that the max pass prefetches (reads) and the write pass
 #: claims (prefetchw): each tile row is its own short run of lines on its
@@ -370,8 +373,10 @@ WRITE_ROWS_BYTES = 1 << 20
 #: 0.99-1.02x, float16 64x128x28x28 0.97x. Sums inlined into
 #: :func:`forward_tiles` instead of compiled apart
 #: (:func:`_tile_sums_row_major_apart`) made p04 0.93-0.97x; the next
-#: tile's rows asked for a line at a time, not a vector, 0.85x. Intel only.
-#: (docs/performance.md, the twentieth Intel session.)
+#: tile's rows asked for a line at a time, not a vector, 0.85x. Intel only:
+#: on an AMD EPYC Zen 4 (LLVM znver4) the same A/B read p04 0.92x, bfloat16
+#: 64x16x56x56 0.96x, 1024x64x32 0.97x, 4x8x64x64 axis 2 0.93-0.94x.
+#: (docs/performance.md, the twentieth Intel session, the eighth Zen 4 one.)
 WRITE_PIPED_BYTES = 1 << 19
 #: accurate lane-major tiles of ``PIPED_LANE_ROWS[0] < n <=
 #: PIPED_LANE_ROWS[1]`` rows whose sums ask for the next tile
@@ -908,9 +913,11 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     stream = _tiles_stream(ob, g, J)
     fetch = stream and not staged and n * J * xb.itemsize <= FETCH_TILE_BYTES
     # accurate lane-major tiles ask for the next tile during their sums
-    # instead of their write pass (FETCH_TILE_BYTES; measured on Intel only,
-    # so AMD cores keep the write pass's, measured there)
-    sums_fetch = fetch and accurate and n <= LANE_MAJOR_ROWS and g[8] == 1 and not on_amd()
+    # instead of their write pass (FETCH_TILE_BYTES). Measured on Intel
+    # first; on an AMD EPYC Zen 4 (LLVM znver4), where the write pass's asks
+    # had been kept until measured, in-process A/B (2 threads, numpy out=,
+    # same bits): 64x64x112x112 axis 1 1.17-1.24x in three runs
+    sums_fetch = fetch and accurate and n <= LANE_MAJOR_ROWS and g[8] == 1
     # the next tile's max pass (from memory) runs inside this tile's sums,
     # not after them: wide tiles (tile_width_for: too big for L2 either way)
     # of one-chunk columns summed row-major, and accurate lane-major tiles

@@ -27,7 +27,6 @@ from ._vec import (
     lane,
     lanes_below,
     lanes_below64,
-    on_amd,
     prefetch_l2,
     sfence,
     splat,
@@ -434,6 +433,7 @@ def _backward_pipelined(db, yb, ob, g, op, r0, r1, stream):
     joined = (stream and n * ob.itemsize >= STREAM_ROW_BYTES and dense_rows(g, 0, n)
               and dense_rows(g, 1, n) and dense_rows(g, 2, n))
     line = 64 // ob.itemsize
+    far = n > CHUNK  # the sums ask a chunk ahead (segment.chunk_grad_sum)
     i1, i2 = first_row(g, r0)
     dp = view(db, row_at(g, 0, i1, i2), n)
     yp = view(yb, row_at(g, 1, i1, i2), n)
@@ -454,7 +454,7 @@ def _backward_pipelined(db, yb, ob, g, op, r0, r1, stream):
         cut = _joined_cut(n, head, line, joined)
         s_prev, s = s, 0.0  # chunk sums added in order, as row_grad_sum
         for c0 in range(0, n, CHUNK):
-            s += grad_sum_writing(ds, ys, c0, min(n - c0, CHUNK), op, dp, yp, prev, ns32, s32, head, cut)
+            s += grad_sum_writing(ds, ys, c0, min(n - c0, CHUNK), op, dp, yp, prev, ns32, s32, head, cut, far)
         dp, yp = ds, ys
     os = view(ob, row_at(g, 2, i1, i2), n)
     head = _row_head(os, n, stream)
@@ -953,16 +953,16 @@ def backward_short(db, yb, ob, g, op, accurate, r0, r1):
     # numpy out=, same bits): 524288x16 1.38-1.53x, 262144x32 1.29-1.50x;
     # 349525x24 (the general copy) 1.00-1.03x. With n alone a constant, rows
     # of 16 gained 0.89-0.94x of that.
-    # rows of 17-31 and 33-36 that lie end to end (not on AMD): pass 2 as
+    # rows of 17-31 and 33-36 that lie end to end: pass 2 as
     # one run of whole vectors (_backward_flat_rows, whose doc has the A/B)
-    flat = (op == _LSM and accurate and not on_amd() and W < n <= 2 * W + W // 4
+    flat = (op == _LSM and accurate and W < n <= 2 * W + W // 4
             and n != 2 * W and dense_rows(g, 0, n) and dense_rows(g, 1, n) and dense_rows(g, 2, n))
     if flat and n < 2 * W:
         _backward_flat_rows(db, yb, ob, g, _LSM, r0, r1, n, 2)
     elif flat:
         _backward_flat_rows(db, yb, ob, g, _LSM, r0, r1, n, 3)
     elif op == _LSM and accurate and n == W:
-        _backward_short_rows(db, yb, ob, g, _LSM, True, r0, r1, W, 0, not on_amd())
+        _backward_short_rows(db, yb, ob, g, _LSM, True, r0, r1, W, 0, True)  # asks ahead
     elif op == _LSM and accurate and n == 2 * W:
         _backward_short_rows(db, yb, ob, g, _LSM, True, r0, r1, 2 * W, 0)
     # rows with a partial last vector: copies for the vector count (n stays
@@ -1018,8 +1018,10 @@ def _backward_flat_rows(db, yb, ob, g, op, r0, r1, n, nv):
     (:func:`backward_short`): rows of 37-47 (40: 0.97-1.04, 44: 0.96-0.98,
     47: 0.89-0.95; their third vector is mostly full) and rows of whole
     vectors (32: 0.99-1.07, 48: 0.89-0.92, the same vector count either
-    way; 16, against the row loop that asks ahead too: 0.87-0.96); nor on
-    AMD cores, where it is not measured."""
+    way; 16, against the row loop that asks ahead too: 0.87-0.96). On an
+    AMD EPYC Zen 4 (LLVM znver4), where it had been left off until
+    measured, the same A/B against the row loop: 400000x20 1.30-1.31x,
+    349525x24 1.13-1.15x, 200000x36 1.02-1.06x."""
     i1, i2 = first_row(g, r0)
     total = (r1 - r0) * n
     dsb = view(db, row_at(g, 0, i1, i2), total)
@@ -1063,8 +1065,9 @@ def _backward_short_rows(db, yb, ob, g, op, accurate, r0, r1, n, nv, ask_ahead=F
     row itself, the next one); 262144x16 1.14x, 65536x16 1.04x, 8192x16 (in
     L2) 0.99x. With the same prefetches, rows of 32, 40 and 48 read
     0.86-1.11 (no gain beyond the noise), so they do not ask (rows of 17-36 ask in
-    :func:`_backward_flat_rows`). Not on AMD cores, where the rows were
-    tuned without it and it is not measured.
+    :func:`_backward_flat_rows`). On an AMD EPYC Zen 4 (LLVM znver4),
+    where it had been left off until measured: 524288x16 1.17-1.20x (the
+    same A/B).
 
     A row's sum and then its writes, row after row: the out-of-order core
     overlaps one row's short sum with the last row's exp-bound writes by

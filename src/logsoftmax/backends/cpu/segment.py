@@ -62,15 +62,16 @@ from ._simd import wide_vectors
 from ._vec import (
     W,
     address,
-    ahead_to_l2,
     hi_f64,
     join_f32,
     lane,
     lanes_below,
     lo_f64,
     negate,
+    on_amd,
     prefetch,
     prefetch_ahead,
+    prefetch_l2,
     prefetch_w,
     reduce_add,
     reduce_max,
@@ -536,24 +537,32 @@ def chunk_grad_sum(ds, ys, c0, cl, op):
     exact in float64): four float64 vectors, so the additions are not one
     latency-bound chain (two vectors ran at 0.26 cycles/element, the add
     latency). Pass 2 reads ``dst`` next, so it is asked into cache here: on
-    Intel both ``diff_dst`` and ``dst`` a chunk ahead into L2
-    (:func:`._vec.ahead_to_l2`), 4096x32000 bfloat16 1.37x against ``dst``
-    alone at the element being summed (in-process A/B, Intel Xeon, LLVM
-    rocketlake); on AMD Zen ``dst`` at that element into L1, as tuned there
-    (the Intel pattern not measured on it yet)."""
+    Intel both ``diff_dst`` and ``dst`` a chunk ahead into L2, 4096x32000
+    bfloat16 1.37x against ``dst`` alone at the element being summed
+    (in-process A/B, Intel Xeon, LLVM rocketlake); on AMD Zen ``dst`` at
+    that element into L1, as tuned there, except in the sums that run under
+    the last row's writes in rows longer than a chunk (:func:`grad_sum_writing`'s
+    ``far``), which ask as on Intel. In-process A/B on an AMD EPYC Zen 4
+    (LLVM znver4, 2 threads, numpy ``out=``, same bits) of the Intel
+    pattern everywhere: 4096x32000 float32 1.07x, bfloat16 1.07x,
+    1024x32000 float32 1.11-1.16x, 1024x128256 float16 1.02-1.04x, but
+    accurate short rows lost (4096x1000 0.83-0.86x, 32768x128 0.85x)."""
     wide_vectors()
     z = splat(0.0)
     return _grad_sum_rest(ds, ys, c0, c0 + cl, op, z, z, z, z)
 
 
 @njit(forceinline=True, error_model="numpy")
-def _grad_step(ds, ys, k, op, a0, a1, a2, a3):
-    """Terms ``k .. k + 2W`` of :func:`chunk_grad_sum` into its four lanes."""
-    if ahead_to_l2():  # Intel: both streams a chunk ahead, into L2
-        prefetch_ahead(ds, k + CHUNK)
-        prefetch_ahead(ds, k + CHUNK + W)
-        prefetch_ahead(ys, k + CHUNK)
-        prefetch_ahead(ys, k + CHUNK + W)
+def _grad_step(ds, ys, k, op, a0, a1, a2, a3, far=False):
+    """Terms ``k .. k + 2W`` of :func:`chunk_grad_sum` into its four lanes.
+    ``far``: a row longer than a chunk whose sum runs under the last row's
+    writes (:func:`grad_sum_writing`), whose streams are asked for a chunk
+    ahead into L2 on AMD Zen too (:func:`chunk_grad_sum`)."""
+    if far or not on_amd():  # both streams a chunk ahead, into L2
+        prefetch_l2(ds, k + CHUNK)
+        prefetch_l2(ds, k + CHUNK + W)
+        prefetch_l2(ys, k + CHUNK)
+        prefetch_l2(ys, k + CHUNK + W)
     elif op == _LSM:  # AMD Zen, as tuned there: dst into L1 for pass 2
         prefetch(ys, k)
         prefetch(ys, k + W)
@@ -623,7 +632,7 @@ def write_backward_vectors(ds, ys, os, n, op, s, nv):
 
 
 @njit(forceinline=True, error_model="numpy")
-def grad_sum_writing(ds, ys, c0, cl, op, pd, py, os, ns32, s32, head, n):
+def grad_sum_writing(ds, ys, c0, cl, op, pd, py, os, ns32, s32, head, n, far):
     """:func:`chunk_grad_sum` of this row's ``ds``/``ys[c0:c0 + cl]`` that
     also writes the previous row's pass 2 (``n`` elements; ``pd``, ``py`` ->
     ``os``, fast path, :func:`write_backward`'s values), one output vector
@@ -631,11 +640,12 @@ def grad_sum_writing(ds, ys, c0, cl, op, pd, py, os, ns32, s32, head, n):
     memory-bound sum of the next row runs under the exp-bound writes of
     this one instead of after them. ``head``: as :func:`sum32_writing` (the
     store side ``head`` elements ahead, on whole lines; the caller writes
-    the row's first ``head`` elements; ``n``: where the row's writes stop)."""
+    the row's first ``head`` elements; ``n``: where the row's writes stop;
+    ``far``: the row is longer than a chunk, :func:`_grad_step`)."""
     wide_vectors()
     lo, hi, e = _store_window(os, c0, cl, head, n)
     k, j, a0, a1, a2, a3 = _grad_steps_writing(ds, ys, c0, c0 + cl, op, pd, py, os, lo, e,
-                                               head >= 0, ns32, s32)
+                                               head >= 0, ns32, s32, far)
     if head >= 0:  # the window's last whole lines, which the 2-vector steps did not reach
         j = stream_backward(pd, py, os, j, e, op, ns32, s32)
     store_backward(pd, py, os, j, hi, op, ns32, s32)
@@ -650,7 +660,7 @@ def grad_sum_streaming(ds, ys, n, op, pd, py, os, lo, e, ns32, s32):
     -> ``os`` with ``ns32``, ``s32``, fast path), as :func:`grad_sum_writing`
     does for a window of the previous row."""
     wide_vectors()
-    k, j, a0, a1, a2, a3 = _grad_steps_writing(ds, ys, 0, n, op, pd, py, os, lo, e, True, ns32, s32)
+    k, j, a0, a1, a2, a3 = _grad_steps_writing(ds, ys, 0, n, op, pd, py, os, lo, e, True, ns32, s32, False)
     stream_backward(pd, py, os, j, e, op, ns32, s32)
     return _grad_sum_rest(ds, ys, k, n, op, a0, a1, a2, a3)
 
@@ -666,7 +676,7 @@ def stream_backward(ds, ys, os, a, e, op, ns32, s32):
 
 
 @njit(forceinline=True, error_model="numpy")
-def _grad_steps_writing(ds, ys, c0, end, op, pd, py, os, lo, e, nt, ns32, s32):
+def _grad_steps_writing(ds, ys, c0, end, op, pd, py, os, lo, e, nt, ns32, s32, far):
     """The lockstep loop of :func:`grad_sum_writing`: two vectors of the sum
     of ``ds``/``ys`` from ``c0`` and two of ``os`` from ``lo`` a step, while
     both last (``end``, ``e``). Returns where each stopped and the sum's
@@ -684,7 +694,7 @@ def _grad_steps_writing(ds, ys, c0, end, op, pd, py, os, lo, e, nt, ns32, s32):
         d1 = vload(pd, j + W)
         y0 = vload(py, j)
         y1 = vload(py, j + W)
-        a0, a1, a2, a3 = _grad_step(ds, ys, k, op, a0, a1, a2, a3)
+        a0, a1, a2, a3 = _grad_step(ds, ys, k, op, a0, a1, a2, a3, far)
         if k > c0:
             _put(os, j - 2 * W, g0, nt)
             _put(os, j - W, g1, nt)

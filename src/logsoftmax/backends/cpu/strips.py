@@ -35,13 +35,16 @@ When (:func:`takes_strips`): float32 in and out on the accurate path, unit
 column strides, up to :data:`STRIP_ROWS` rows spanning at most
 :data:`SPAN_MAX_BYTES`, at least ``4 W`` columns, and an output that
 streams, or one of at most :data:`ORDINARY_MAX_BYTES` with up to
-:data:`ORDINARY_ROWS` rows; on Intel (measured there only). In-process
-A/B against the tiles (Intel Xeon, LLVM rocketlake, numpy ``out=``, same
-bits): 64x64x56x56 axis 1 1.22-1.35x (4.2 -> 3.2-3.3 ms), 64x128x56x56
-1.39x, 256x128x28x28 1.49x, 128x384x384 1.52-1.60x, 32x512x28x28
-1.52-1.55x, 64x16x56x56 1.20-1.41x; 64x64x112x112, whose 64 rows span
-3.2 MB, 0.75-0.82x: left to the tiles (``docs/performance.md``, the
-seventeenth session).
+:data:`ORDINARY_ROWS` rows, on every CPU. In-process A/B against the
+tiles (Intel Xeon, LLVM rocketlake, numpy ``out=``, same bits):
+64x64x56x56 axis 1 1.22-1.35x (4.2 -> 3.2-3.3 ms), 64x128x56x56 1.39x,
+256x128x28x28 1.49x, 128x384x384 1.52-1.60x, 32x512x28x28 1.52-1.55x,
+64x16x56x56 1.20-1.41x; 64x64x112x112, whose 64 rows span 3.2 MB,
+0.75-0.82x: left to the tiles (``docs/performance.md``, the seventeenth
+session). The same A/B on an AMD EPYC Zen 4 (LLVM znver4, 2 threads),
+where the strips had been left off until measured (the eighth Zen 4
+session): 64x64x56x56 forward 1.42-1.44x, backward 1.63-1.65x;
+16x21x64x64 forward 1.15x; 4x8x64x64 axis 2 forward 1.36x.
 """
 
 from __future__ import annotations
@@ -60,7 +63,6 @@ from ._vec import (
     join_f32,
     lane,
     lo_f64,
-    on_amd,
     prefetch_l2,
     prefetch_w,
     reduce_add,
@@ -128,9 +130,9 @@ _LSM = Op.LOG_SOFTMAX
 def _fits(g, n, stride_bytes):
     """The shape part of the rule, forward and backward: up to
     :data:`STRIP_ROWS` rows spanning at most :data:`SPAN_MAX_BYTES`, unit
-    column strides, at least ``4 W`` columns; on Intel only."""
+    column strides, at least ``4 W`` columns."""
     return (n <= STRIP_ROWS and n * stride_bytes <= SPAN_MAX_BYTES and g[3] >= 4 * W
-            and g[8] == 1 and g[13] == 1 and not on_amd())
+            and g[8] == 1 and g[13] == 1)
 
 
 @njit(cache=True)
