@@ -44,7 +44,10 @@ tiles (Intel Xeon, LLVM rocketlake, numpy ``out=``, same bits):
 session). The same A/B on an AMD EPYC Zen 4 (LLVM znver4, 2 threads),
 where the strips had been left off until measured (the eighth Zen 4
 session): 64x64x56x56 forward 1.42-1.44x, backward 1.63-1.65x;
-16x21x64x64 forward 1.15x; 4x8x64x64 axis 2 forward 1.36x.
+64x128x56x56 1.38-1.43x / 1.60x; 64x32x112x112 1.14-1.15x / 1.05x;
+32x512x28x28 1.74x; 128x384x384 1.48x; 256x128x28x28 1.37-1.38x;
+8x64x56x56 1.45x; 16x21x64x64 1.15x; 4x8x64x64 axis 2 1.36x; 64x16x56x56
+0.96-0.98x.
 """
 
 from __future__ import annotations
