@@ -40,7 +40,9 @@ from numba import carray, njit, types
 from numba.core.errors import TypingError
 from numba.extending import intrinsic, overload
 
-from ._math import log_f64
+# ln 2 in two parts (the first with 32 trailing zero bits: k * hi is exact),
+# log2(e) and the 1.5 * 2**52 rounding constant: one definition, _math's
+from ._math import _LN2_HI64, _LN2_LO64, _LOG2E64, _MAGIC64, _MAGIC64_BITS, log_f64
 from ._vec import as_float, as_int, lane, splat, vfma, where
 
 __all__ = [
@@ -337,11 +339,6 @@ def exp32(x):
     return y
 
 
-_LOG2E64 = 1.4426950408889634
-_NLN2_HI64 = -6.93147180369123816490e-01  # fdlibm's split of ln 2
-_NLN2_LO64 = -1.90821492927058770002e-10
-_MAGIC64 = 6755399441055744.0  # 1.5 * 2**52
-_MAGIC64_BITS = np.int64(0x4338000000000000)
 # Taylor coefficients 1/k!, k = 8..2: truncation error < 3e-10 on |r| <= ln2/2,
 # 1/500 of a float32 ulp: enough to round a float32 result once from it
 _Q = tuple(1.0 / math.factorial(k) for k in range(8, 1, -1))
@@ -358,7 +355,7 @@ def exp64(x):
     t = fma(x, _LOG2E64, _MAGIC64)
     nf = t - _MAGIC64
     n = f64_bits(t) - _MAGIC64_BITS
-    r = fma(nf, _NLN2_LO64, fma(nf, _NLN2_HI64, x))
+    r = fma(nf, -_LN2_LO64, fma(nf, -_LN2_HI64, x))  # fdlibm's split of ln 2
     p = _Q[0]
     for q in _Q[1:]:
         p = fma(p, r, q)
@@ -538,8 +535,6 @@ def add_dd(ah, al, bh, bl):
     return h, e - (h - s)
 
 
-_LN2_HI64 = 6.93147180369123816490e-01  # 32 trailing zero bits: k * hi is exact
-_LN2_LO64 = 1.90821492927058770002e-10
 # 1/k!, k = 17..3, for the tail r**3 * P(r) of exp(r), |r| <= ln2/2
 _TAIL = tuple(1.0 / math.factorial(k) for k in range(17, 2, -1))
 

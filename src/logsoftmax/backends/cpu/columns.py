@@ -56,6 +56,7 @@ from .segment import (
     LANES32,
     LANES64,
     forward_vec,
+    grad_add,
     stream_end,
     stream_head,
     vmax_x86,
@@ -1134,19 +1135,6 @@ def forward_parallel(xb, ob, g, op, accurate, J, ntask):
         forward_tiles(xb, ob, g, op, accurate, J, t * tiles // ntask, (t + 1) * tiles // ntask)
 
 
-@njit(forceinline=True, error_model="numpy")
-def _grad_add(lo, hi, db, pd, yb, py, w, op):
-    """One tile row's term of pass 1 of the backward added to the float64
-    halves ``(lo, hi)``: ``diff_dst`` (log_softmax) or ``diff_dst * dst``
-    (softmax), ``w`` columns from ``db[pd]`` (and ``yb[py]``); the one
-    spelling of the columns', strips' and few-row kernels' sums."""
-    d = vload_n(db, pd, w, _ZERO)
-    if op == _LSM:
-        return lo + lo_f64(d), hi + hi_f64(d)
-    y = vload_n(yb, py, w, _ZERO)
-    return lo + lo_f64(d) * lo_f64(y), hi + hi_f64(d) * hi_f64(y)
-
-
 @njit(cache=True, nogil=True, error_model="numpy")
 def _tile_grad_sum(db, pd, dsn, yb, py, ysn, cl, jn, op, acc64, sc, J):
     """Per-column chunk sums of ``diff_dst`` (or ``diff_dst * dst``) over
@@ -1160,7 +1148,7 @@ def _tile_grad_sum(db, pd, dsn, yb, py, ysn, cl, jn, op, acc64, sc, J):
                 lo = splat(0.0)
                 hi = lo
                 for k in range(lane_, cl, GRAD_LANES):
-                    lo, hi = _grad_add(lo, hi, db, pd + k * dsn + j, yb, py + k * ysn + j, jn - j, op)
+                    lo, hi = grad_add(lo, hi, db, pd + k * dsn + j, yb, py + k * ysn + j, jn - j, op)
                 vstore(acc64, lane_ * W, lo)
                 vstore(acc64, lane_ * W + W // 2, hi)
             _lane_tree(acc64, used, 2, W // 2, W, GRAD_LANES)

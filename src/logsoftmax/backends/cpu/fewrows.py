@@ -388,7 +388,7 @@ def _backward_kernel(many):
                     for lane_ in range(used):
                         lo = zero
                         hi = zero
-                        # (written out, not columns._grad_add: with it
+                        # (written out, not segment.grad_add: with it
                         # 16x21x64x64 float32 ran 0.94x, in-process A/B,
                         # two runs; the tiles and strips tie with it)
                         for k in range(lane_, n, GRAD_LANES):

@@ -452,19 +452,10 @@ def _bwd_row_sum(ds, ys, t, op):
 @njit(**_KW)
 def _bwd_write(ds, ys, os, s, op):
     """Pass 2 of the backward into ``os`` (any storage type):
-    ``dd - exp(y) * S`` (log_softmax) or ``y * (dd - S)`` (softmax)."""
+    ``dd - exp(y) * S`` (log_softmax) or ``y * (dd - S)`` (softmax); ``os``
+    may be ``ds`` or ``ys`` (in place: each vector is read before it is
+    written)."""
     _bwd_row_vec(ds, ys, os, ds.shape[0], s, op)
-
-
-@njit(**_KW)
-def _bwd_write_ip(ds, ys, s, op, ip):
-    """:func:`_bwd_write` in place: into ``ds`` (``ip`` is
-    ``InPlace.DIFF_DST``) or ``ys`` (``InPlace.DST``)."""
-    n = ds.shape[0]
-    if ip == InPlace.DIFF_DST:
-        _bwd_row_vec(ds, ys, ds, n, s, op)
-    else:
-        _bwd_row_vec(ds, ys, ys, n, s, op)
 
 
 # ---------------------------------------------------------------------------
@@ -563,8 +554,10 @@ def _bwd_rows_unit(db, dg, yb, yg, ob, og, n2, n, op, ip, t, rr):
         s = _bwd_row_sum(ds, ys, t, op)
         if ip == InPlace.NONE:
             _bwd_write(ds, ys, view(ob, _row_off(og, r, n2), n), s, op)
+        elif ip == InPlace.DIFF_DST:
+            _bwd_write(ds, ys, ds, s, op)
         else:
-            _bwd_write_ip(ds, ys, s, op, ip)
+            _bwd_write(ds, ys, ys, s, op)
 
 
 @_parallel_and_serial
@@ -636,11 +629,11 @@ def bwd_rows(db, dg, yb, yg, ob, og, n1, n2, n, op, ip):
                 _bwd_write(ds, ys, _dst(ob, og, oo, n, ost), s, op)
                 _flush(ob, og, oo, n, ost)
             elif ip == InPlace.DIFF_DST:
-                _bwd_write_ip(ds, ys, s, op, ip)
+                _bwd_write(ds, ys, ds, s, op)
                 if dg[3] != 1:
                     _scatter(ds, db, do, n, dg[3])
             else:
-                _bwd_write_ip(ds, ys, s, op, ip)
+                _bwd_write(ds, ys, ys, s, op)
                 if yg[3] != 1:
                     _scatter(ys, yb, yo, n, yg[3])
 

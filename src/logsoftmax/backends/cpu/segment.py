@@ -104,6 +104,7 @@ __all__ = [
     "row_log",
     "write_forward",
     "chunk_grad_sum",
+    "grad_add",
     "grad_sum_vectors",
     "write_backward_vectors",
     "grad_sum_writing",
@@ -577,12 +578,16 @@ def _grad_step(ds, ys, k, op, a0, a1, a2, a3, far=False):
 
 
 @njit(forceinline=True, error_model="numpy")
-def _grad_part(ds, ys, k, count, op, lo, hi):
-    """A partial vector's terms into two lanes (masked-off lanes add 0)."""
-    d = vload_n(ds, k, count, _ZERO)
+def grad_add(lo, hi, ds, pd, ys, py, count, op):
+    """The backward's pass-1 terms of ``count`` elements (up to a vector;
+    masked-off lanes add 0) added to the float64 halves ``(lo, hi)``:
+    ``diff_dst`` (log_softmax) or ``diff_dst * dst`` (softmax), from
+    ``ds[pd]`` (and ``ys[py]``). The one spelling of the rows', tiles' and
+    strips' sums (:mod:`.columns`, :mod:`.strips`)."""
+    d = vload_n(ds, pd, count, _ZERO)
     if op == _LSM:
         return lo + lo_f64(d), hi + hi_f64(d)
-    y = vload_n(ys, k, count, _ZERO)
+    y = vload_n(ys, py, count, _ZERO)
     return lo + lo_f64(d) * lo_f64(y), hi + hi_f64(d) * hi_f64(y)
 
 
@@ -594,9 +599,9 @@ def _grad_sum_rest(ds, ys, k, end, op, a0, a1, a2, a3):
         a0, a1, a2, a3 = _grad_step(ds, ys, k, op, a0, a1, a2, a3)
         k += 2 * W
     if k < end:
-        a0, a1 = _grad_part(ds, ys, k, end - k, op, a0, a1)
+        a0, a1 = grad_add(a0, a1, ds, k, ys, k, end - k, op)
     if k + W < end:
-        a2, a3 = _grad_part(ds, ys, k + W, end - k - W, op, a2, a3)
+        a2, a3 = grad_add(a2, a3, ds, k + W, ys, k + W, end - k - W, op)
     # lanes l and l + 16, then the tree of the 16 that remain
     return reduce_add((a0 + a2) + (a1 + a3))
 
@@ -614,9 +619,9 @@ def grad_sum_vectors(ds, ys, n, op, nv):
     for i in range(steps):
         a0, a1, a2, a3 = _grad_step(ds, ys, 2 * W * i, op, a0, a1, a2, a3)
     k = steps * 2 * W
-    a0, a1 = _grad_part(ds, ys, k, n - k, op, a0, a1)
+    a0, a1 = grad_add(a0, a1, ds, k, ys, k, n - k, op)
     if nv - 2 * steps == 2:
-        a2, a3 = _grad_part(ds, ys, k + W, n - k - W, op, a2, a3)
+        a2, a3 = grad_add(a2, a3, ds, k + W, ys, k + W, n - k - W, op)
     return reduce_add((a0 + a2) + (a1 + a3))
 
 

@@ -77,9 +77,9 @@ from ._vec import (
     vstore_n,
     vstore_nt,
 )
-from .columns import _col_nan, _grad_add, _grad_vec, _lane_tree, _tile_geom, rows_on_lines
+from .columns import _col_nan, _grad_vec, _lane_tree, _tile_geom, rows_on_lines
 from .rows import streams, streams_items
-from .segment import CHUNK, GRAD_LANES, LANES64, forward_vec, stream_head, vmax_x86
+from .segment import CHUNK, GRAD_LANES, LANES64, forward_vec, grad_add, stream_head, vmax_x86
 
 __all__ = [
     "STRIP_ROWS",
@@ -391,7 +391,7 @@ def backward_strips(db, yb, ob, g, op, accurate, s0, s1, h, stream, acc):
                 hi = zero
                 for k in range(lane_, n, GRAD_LANES):
                     if wb > 0:
-                        lo, hi = _grad_add(lo, hi, db, pdb + k * dsn, yb, pyb + k * ysn, wb, op)
+                        lo, hi = grad_add(lo, hi, db, pdb + k * dsn, yb, pyb + k * ysn, wb, op)
                     if wc > 0 and c >= s0:
                         v = _grad_vec(vload_n(db, pdc + k * dsn, wc, _ZERO), vload_n(yb, pyc + k * ysn, wc, _ZERO),
                                       sl, sh, sa, op, accurate)
