@@ -1374,6 +1374,84 @@ def test_bfloat16_store_correctly_rounded_every_class():
         assert "vcvtneps2bf16" in next(iter(fn.inspect_asm().values()))
 
 
+def _storage(dtype):
+    return {np.float32: np.float32, np.float16: np.int16, ml_dtypes.bfloat16: np.uint16}[dtype]
+
+
+@pytest.mark.parametrize("src_dt,dst_dt", [
+    (ml_dtypes.bfloat16, ml_dtypes.bfloat16), (np.float32, ml_dtypes.bfloat16),
+    (ml_dtypes.bfloat16, np.float32), (np.float16, np.float16), (np.float32, np.float32)])
+@pytest.mark.parametrize("streaming", [False, True])
+def test_pairs_give_the_bits_of_single_vectors(src_dt, dst_dt, streaming):
+    """``vload_pair`` / ``vstore_pair`` (an elementwise pass's two vectors in
+    an order of their own: even and odd elements where the pass is all
+    bfloat16) store what ``vload`` / ``vstore`` of each vector store, every
+    element rounded once, subnormal and NaN results included, and a pass
+    over mixed dtypes keeps every element in its place."""
+    from logsoftmax.backends.cpu._simd import wide_vectors
+    from logsoftmax.backends.cpu._vec import (
+        W, vfma, vload, vload_pair, vstore, vstore_pair, vstore_pair_nt)
+
+    def single(x, o, c):
+        wide_vectors()
+        for i in range(0, x.size, W):
+            vstore(o, i, vfma(vload(x, i), c, c))
+
+    def paired(x, o, c, nt):
+        wide_vectors()
+        for i in range(0, x.size, 2 * W):
+            a, b = vload_pair(x, i, (x, o))
+            if nt:
+                vstore_pair_nt(o, i, vfma(a, c, c), vfma(b, c, c), (x, o))
+            else:
+                vstore_pair(o, i, vfma(a, c, c), vfma(b, c, c), (x, o))
+
+    rng = np.random.default_rng(21)
+    n = 1 << 14
+    if src_dt == np.float32:  # every float32 class, through the rounding to 16 bits
+        x = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        x[: n // 8] = (x[: n // 8].view(np.uint32) & 0x807FFFFF).view(np.float32)  # subnormal
+    else:  # every 16-bit pattern, subnormals and NaNs among them
+        x = rng.integers(0, 1 << 16, n, dtype=np.uint64).astype(np.uint16).view(src_dt)
+        x[:256] = np.arange(256, dtype=np.uint16).view(src_dt)
+    x = x.view(_storage(src_dt))
+    buf = np.empty(n + 64, _storage(dst_dt))  # the streaming stores' 64-byte lines
+    off = (-buf.ctypes.data % 64) // buf.itemsize
+    for c in (np.float32(1.0), np.float32(-0.75), np.float32(2.0 ** -120)):
+        want = np.empty(n, _storage(dst_dt))
+        numba.njit(single)(x, want, c)
+        got = buf[off: off + n]
+        numba.njit(paired)(x, got, c, streaming)
+        bits = np.uint16 if got.itemsize == 2 else np.uint32
+        bad = np.flatnonzero(got.view(bits) != want.view(bits))
+        assert bad.size == 0, (c, [(hex(x.view(np.uint16 if x.itemsize == 2 else np.uint32)[i]),
+                                    got[i], want[i]) for i in bad[:4]])
+
+
+def test_bfloat16_pairs_use_the_paired_hardware_rounding():
+    """An all-bfloat16 pass rounds its two vectors with one
+    ``vcvtne2ps2bf16`` where the CPU has AVX512_BF16."""
+    from numba.core.registry import cpu_target
+
+    from logsoftmax.backends.cpu._simd import wide_vectors
+    from logsoftmax.backends.cpu._vec import W, vload_pair, vstore_pair
+
+    if "+avx512bf16" not in cpu_target.target_context.codegen()._tm_features.split(","):
+        pytest.skip("no AVX512_BF16 on this CPU")
+
+    def paired(x, o):
+        wide_vectors()
+        for i in range(0, x.size, 2 * W):
+            a, b = vload_pair(x, i, (x, o))
+            vstore_pair(o, i, a - np.float32(1.0), b - np.float32(1.0), (x, o))
+
+    fn = numba.njit(paired)
+    x = np.zeros(64, np.uint16)
+    fn(x, x.copy())
+    asm = next(iter(fn.inspect_asm().values()))
+    assert "vcvtne2ps2bf16" in asm and "vpmovzxwd" not in asm
+
+
 # ---------------------------------------------------------------------------
 # logsumexp reductions, shapes, empty arrays
 # ---------------------------------------------------------------------------

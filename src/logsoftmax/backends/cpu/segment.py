@@ -69,6 +69,7 @@ from ._vec import (
     lo_f64,
     negate,
     on_amd,
+    pairs_interleave,
     prefetch,
     prefetch_ahead,
     prefetch_l2,
@@ -79,10 +80,13 @@ from ._vec import (
     vfma,
     vload,
     vload_n,
+    vload_pair,
     vload_part,
     vstore,
     vstore_n,
     vstore_nt,
+    vstore_pair,
+    vstore_pair_nt,
     where,
 )
 
@@ -167,10 +171,12 @@ def _max_rest(xs, c0, k, cl, m0, m1, m2, m3):
     of 4-vector steps; accumulators given): the 4-vector steps, then the
     tail into ``m0``."""
     while k + 4 * W <= cl:
-        m0 = vmax_x86(m0, vload(xs, c0 + k))
-        m1 = vmax_x86(m1, vload(xs, c0 + k + W))
-        m2 = vmax_x86(m2, vload(xs, c0 + k + 2 * W))
-        m3 = vmax_x86(m3, vload(xs, c0 + k + 3 * W))
+        v0, v1 = vload_pair(xs, c0 + k, (xs,))  # (a max takes its elements in any order)
+        v2, v3 = vload_pair(xs, c0 + k + 2 * W, (xs,))
+        m0 = vmax_x86(m0, v0)
+        m1 = vmax_x86(m1, v1)
+        m2 = vmax_x86(m2, v2)
+        m3 = vmax_x86(m3, v3)
         k += 4 * W
     while k < cl:
         m0 = vmax_x86(m0, vload_n(xs, c0 + k, cl - k, _NINF))
@@ -296,6 +302,7 @@ def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n, fold=False):
     # chunk of a row asks for memory a constant distance ahead
     ahead = c0 + (2 * CHUNK if fold else CHUNK)
     nt = head >= 0
+    one = pairs_interleave((ps, os))  # else one store per vector, as float32 rows measured best
     lo, hi, e = _store_window(os, c0, cl, head, n)
     y0 = a0  # each step stores the step before's results, after its own loads
     y1 = a0
@@ -307,31 +314,31 @@ def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n, fold=False):
             prefetch_ahead(xs, ahead + k + q)
         i = c0 + k  # (no prefetchw on ``os`` here: 41.7 ms without, 43.8 with)
         j = lo + k
-        p0 = vload(ps, j)
-        p1 = vload(ps, j + W)
-        p2 = vload(ps, j + 2 * W)
-        p3 = vload(ps, j + 3 * W)
+        p0, p1 = vload_pair(ps, j, (ps, os))
+        p2, p3 = vload_pair(ps, j + 2 * W, (ps, os))
         step = k + 4 * W <= nl
-        if step:
-            n0 = vmax_x86(n0, vload(xs, nx + k))
+        if step:  # the next chunk's elements, in chunk_max's order
+            x0, x1 = vload_pair(xs, nx + k, (xs,))
+            n0 = vmax_x86(n0, x0)
         a0 = a0 + exp_f32_sum(vload(xs, i) - m)
-        if k > 0:
+        if k > 0 and not one:
             _put(os, j - 4 * W, y0, nt)
         if step:
-            n1 = vmax_x86(n1, vload(xs, nx + k + W))
+            n1 = vmax_x86(n1, x1)
         a1 = a1 + exp_f32_sum(vload(xs, i + W) - m)
         if k > 0:
-            _put(os, j - 3 * W, y1, nt)
+            _put_pair(os, j - 4 * W, y0, y1, nt, (ps, os), one)
         if step:
-            n2 = vmax_x86(n2, vload(xs, nx + k + 2 * W))
+            x2, x3 = vload_pair(xs, nx + k + 2 * W, (xs,))
+            n2 = vmax_x86(n2, x2)
         a2 = a2 + exp_f32_sum(vload(xs, i + 2 * W) - m)
-        if k > 0:
+        if k > 0 and not one:
             _put(os, j - 2 * W, y2, nt)
         if step:
-            n3 = vmax_x86(n3, vload(xs, nx + k + 3 * W))
+            n3 = vmax_x86(n3, x3)
         a3 = a3 + exp_f32_sum(vload(xs, i + 3 * W) - m)
         if k > 0:
-            _put(os, j - W, y3, nt)
+            _put_pair(os, j - 2 * W, y2, y3, nt, (ps, os), one)
         y0 = (p0 - mp) - lp
         y1 = (p1 - mp) - lp
         y2 = (p2 - mp) - lp
@@ -339,10 +346,8 @@ def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n, fold=False):
         k += 4 * W
     if k > 0:
         j = lo + k
-        _put(os, j - 4 * W, y0, nt)
-        _put(os, j - 3 * W, y1, nt)
-        _put(os, j - 2 * W, y2, nt)
-        _put(os, j - W, y3, nt)
+        _put_pair(os, j - 4 * W, y0, y1, nt, (ps, os))
+        _put_pair(os, j - 2 * W, y2, y3, nt, (ps, os))
     a = lo + k
     if nt:  # the window's last whole lines, which the 4-vector steps did not reach
         a = stream_forward(ps, os, a, e, _LSM, False, 0.0, 0.0, mp, lp)
@@ -374,6 +379,20 @@ def _put(os, j, v, nt):
         vstore_nt(os, j, v)
     else:
         vstore(os, j, v)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _put_pair(os, j, a, b, nt, group, one=True):
+    """:func:`._vec.vstore_pair` of the pass over ``group`` (streaming stores
+    when ``nt``); with ``one`` false, only its second vector (a pass whose
+    pairs do not interleave, whose first vector :func:`_put` stored)."""
+    if one:
+        if nt:
+            vstore_pair_nt(os, j, a, b, group)
+        else:
+            vstore_pair(os, j, a, b, group)
+    else:
+        _put(os, j + W, b, nt)
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -490,10 +509,16 @@ def write_forward(xs, os, c0, cl, op, accurate, m, lg, inv, head=-1):
         k = h
         k = stream_forward(xs, os, k, stream_end(os, k, end), op, accurate, m, b, m32, b32)
     elif not accurate:
-        while k + W <= end:
+        while k + 2 * W <= end:
             # claim the output line ahead (prefetchw): 4096x32000 float32,
             # one thread, 104 -> 86-94 ms; a copy of the same bytes: 43 ms
             prefetch_w(os, k + 16 * W)
+            prefetch_w(os, k + 17 * W)
+            v0, v1 = vload_pair(xs, k, (xs, os))
+            vstore_pair(os, k, forward_vec(v0, m, m, b, b, m32, b32, op, accurate),
+                        forward_vec(v1, m, m, b, b, m32, b32, op, accurate), (xs, os))
+            k += 2 * W
+        if k + W <= end:
             vstore(os, k, forward_vec(vload(xs, k), m, m, b, b, m32, b32, op, accurate))
             k += W
     while k < end:
@@ -512,19 +537,17 @@ def stream_forward(xs, os, k, e, op, accurate, m, b, m32, b32):
     output 48 bytes further into its page than the input: 8.16 ms against
     7.26 allocating, AMD EPYC, LLVM znver4). Returns ``e``."""
     if k + 2 * W <= e:
-        y0 = forward_vec(vload(xs, k), m, m, b, b, m32, b32, op, accurate)
-        y1 = forward_vec(vload(xs, k + W), m, m, b, b, m32, b32, op, accurate)
+        v0, v1 = vload_pair(xs, k, (xs, os))
+        y0 = forward_vec(v0, m, m, b, b, m32, b32, op, accurate)
+        y1 = forward_vec(v1, m, m, b, b, m32, b32, op, accurate)
         k += 2 * W
         while k + 2 * W <= e:
-            v0 = vload(xs, k)
-            v1 = vload(xs, k + W)
-            vstore_nt(os, k - 2 * W, y0)
-            vstore_nt(os, k - W, y1)
+            v0, v1 = vload_pair(xs, k, (xs, os))
+            vstore_pair_nt(os, k - 2 * W, y0, y1, (xs, os))
             y0 = forward_vec(v0, m, m, b, b, m32, b32, op, accurate)
             y1 = forward_vec(v1, m, m, b, b, m32, b32, op, accurate)
             k += 2 * W
-        vstore_nt(os, k - 2 * W, y0)
-        vstore_nt(os, k - W, y1)
+        vstore_pair_nt(os, k - 2 * W, y0, y1, (xs, os))
     while k < e:  # (one float32 vector at most)
         vstore_nt(os, k, forward_vec(vload(xs, k), m, m, b, b, m32, b32, op, accurate))
         k += W
@@ -674,7 +697,13 @@ def grad_sum_streaming(ds, ys, n, op, pd, py, os, lo, e, ns32, s32):
 def stream_backward(ds, ys, os, a, e, op, ns32, s32):
     """Fast-path pass 2 on the whole lines ``[a, e)`` by streaming stores;
     returns ``e``."""
-    while a < e:
+    while a + 2 * W <= e:
+        d0, d1 = vload_pair(ds, a, (ds, ys, os))
+        y0, y1 = vload_pair(ys, a, (ds, ys, os))
+        vstore_pair_nt(os, a, backward_vec(d0, y0, op, ns32, s32), backward_vec(d1, y1, op, ns32, s32),
+                       (ds, ys, os))
+        a += 2 * W
+    if a < e:  # (one float32 vector at most)
         vstore_nt(os, a, backward_vec(vload(ds, a), vload(ys, a), op, ns32, s32))
         a += W
     return a
@@ -695,21 +724,17 @@ def _grad_steps_writing(ds, ys, c0, end, op, pd, py, os, lo, e, nt, ns32, s32, f
     k = c0
     while k + 2 * W <= end and lo + (k - c0) + 2 * W <= e:
         j = lo + (k - c0)
-        d0 = vload(pd, j)
-        d1 = vload(pd, j + W)
-        y0 = vload(py, j)
-        y1 = vload(py, j + W)
+        d0, d1 = vload_pair(pd, j, (pd, py, os))
+        y0, y1 = vload_pair(py, j, (pd, py, os))
         a0, a1, a2, a3 = _grad_step(ds, ys, k, op, a0, a1, a2, a3, far)
         if k > c0:
-            _put(os, j - 2 * W, g0, nt)
-            _put(os, j - W, g1, nt)
+            _put_pair(os, j - 2 * W, g0, g1, nt, (pd, py, os))
         g0 = backward_vec(d0, y0, op, ns32, s32)
         g1 = backward_vec(d1, y1, op, ns32, s32)
         k += 2 * W
     j = lo + (k - c0)
     if k > c0:
-        _put(os, j - 2 * W, g0, nt)
-        _put(os, j - W, g1, nt)
+        _put_pair(os, j - 2 * W, g0, g1, nt, (pd, py, os))
     return k, j, a0, a1, a2, a3
 
 
@@ -746,8 +771,15 @@ def write_backward(ds, ys, os, c0, cl, op, accurate, s, head=-1):
         store_backward(ds, ys, os, c0, k, op, ns32, s32)
         k = stream_backward(ds, ys, os, k, stream_end(os, k, end), op, ns32, s32)
     else:
-        while k + W <= end:
+        while k + 2 * W <= end:
             prefetch_w(os, k + 16 * W)
+            prefetch_w(os, k + 17 * W)
+            d0, d1 = vload_pair(ds, k, (ds, ys, os))
+            y0, y1 = vload_pair(ys, k, (ds, ys, os))
+            vstore_pair(os, k, backward_vec(d0, y0, op, ns32, s32), backward_vec(d1, y1, op, ns32, s32),
+                        (ds, ys, os))
+            k += 2 * W
+        if k + W <= end:
             vstore(os, k, backward_vec(vload(ds, k), vload(ys, k), op, ns32, s32))
             k += W
     store_backward(ds, ys, os, k, end, op, ns32, s32)
