@@ -1417,9 +1417,21 @@ def test_pairs_give_the_bits_of_single_vectors(src_dt, dst_dt):
     buf = np.empty(n + 64, _storage(dst_dt))  # the streaming stores' 64-byte lines
     off = (-buf.ctypes.data % 64) // buf.itemsize
     single, paired = numba.njit(single), numba.njit(paired)
-    for c in (np.float32(1.0), np.float32(-0.75), np.float32(2.0 ** -120)):
+    # c (x + 1): c = 2**-130 takes most results below float32's smallest
+    # normal (the hardware rounding's subnormal branch)
+    for c in (np.float32(1.0), np.float32(-0.75), np.float32(2.0 ** -130)):
         want = np.empty(n, _storage(dst_dt))
         single(x, want, c)
+        if dst_dt == ml_dtypes.bfloat16:  # and both against an oracle: float32, then ml_dtypes
+            exact = np.empty(n, np.float32)
+            single(x, exact, c)
+            b = exact.view(np.uint32)
+            with np.errstate(invalid="ignore"):
+                oracle = exact.astype(ml_dtypes.bfloat16).view(np.uint16)
+            oracle = np.where(np.isnan(exact), ((b >> 16) | 0x40).astype(np.uint16), oracle)
+            assert (want == oracle).all()
+            if 0 < c < np.finfo(np.float32).tiny:
+                assert (np.abs(exact) < np.finfo(np.float32).tiny).sum() > n // 4
         for streaming in (False, True):
             got = buf[off: off + n]
             got[:] = 0

@@ -195,6 +195,11 @@ def _load_vec(builder, ptr, vt, align):
     return builder.load(builder.bitcast(ptr, vt.as_pointer()), typ=vt, align=align)
 
 
+def _load_widened(builder, ptr, dtype, n):
+    """``n`` elements of storage ``dtype`` from ``ptr``, widened (:func:`_widen`)."""
+    return _widen(builder, _load_vec(builder, ptr, _storage_vt(dtype, n), dtype.bitwidth // 8), dtype)
+
+
 def _widen(builder, raw, dtype):
     """Storage vector -> compute vector (<16 x float> for 16-bit storage)."""
     n = raw.type.count
@@ -238,9 +243,7 @@ def vload(typingctx, buf, idx):
     n = _lanes(dtype)
 
     def codegen(context, builder, sig, args):
-        ptr = _ptr(context, builder, sig.args[0], args[0], args[1])
-        raw = _load_vec(builder, ptr, _storage_vt(dtype, n), dtype.bitwidth // 8)
-        return _widen(builder, raw, dtype)
+        return _load_widened(builder, _ptr(context, builder, sig.args[0], args[0], args[1]), dtype, n)
 
     return _result_vec(dtype)(buf, idx), codegen
 
@@ -457,20 +460,29 @@ def _bf16_round(builder, v, hardware):
     n = v.type.count
     if not hardware or n != 16:
         return _bf16_round_bits(builder, v)
-    i16v = ir.VectorType(ir.IntType(16), n)
     cvt = _declare(builder, "llvm.x86.avx512bf16.cvtneps2bf16.512",
                    ir.FunctionType(ir.VectorType(_BFloat(), n), [v.type]))
-    fast = builder.bitcast(builder.call(cvt, [v]), i16v)
-    maskv = ir.VectorType(ir.IntType(1), n)
+    fast = builder.bitcast(builder.call(cvt, [v]), ir.VectorType(ir.IntType(16), n))
+    return _unless_subnormal(builder, [v], fast, lambda: _bf16_round_bits(builder, v))
+
+
+def _unless_subnormal(builder, vs, fast, integer):
+    """``fast`` (the hardware rounding of the float32 vectors ``vs``), or
+    ``integer()`` (the integer rounding of them all: the same bits in every
+    lane) on a branch that runs only when a lane of ``vs`` is subnormal --
+    found by one ``vfpclassps`` (class 5) a vector."""
+    n = vs[0].type.count
     fpclass = _declare(builder, "llvm.x86.avx512.fpclass.ps.512",
-                       ir.FunctionType(maskv, [v.type, _I32]))
-    sub = builder.call(fpclass, [v, ir.Constant(_I32, 0x20)])  # class 5: subnormal
+                       ir.FunctionType(ir.VectorType(ir.IntType(1), n), [vs[0].type, _I32]))
+    sub = builder.call(fpclass, [vs[0], ir.Constant(_I32, 0x20)])
+    for v in vs[1:]:
+        sub = builder.or_(sub, builder.call(fpclass, [v, ir.Constant(_I32, 0x20)]))
     anysub = builder.icmp_unsigned("!=", builder.bitcast(sub, ir.IntType(n)), ir.Constant(ir.IntType(n), 0))
     before = builder.block
     with builder.if_then(anysub, likely=False):
-        slow = builder.select(sub, _bf16_round_bits(builder, v), fast)
+        slow = integer()
         slow_block = builder.block
-    bits = builder.phi(i16v)
+    bits = builder.phi(fast.type)
     bits.add_incoming(fast, before)
     bits.add_incoming(slow, slow_block)
     return bits
@@ -492,6 +504,17 @@ def _narrow(builder, v, dtype, hw_bf16=False):
     return v
 
 
+def _store_raw(builder, ptr, raw, dtype, nontemporal):
+    """Store the vector ``raw`` of storage ``dtype`` at ``ptr``: aligned to
+    its element, or, ``nontemporal``, a streaming store aligned to its
+    whole size."""
+    item = dtype.bitwidth // 8
+    st = builder.store(raw, builder.bitcast(ptr, raw.type.as_pointer()),
+                       align=raw.type.count * item if nontemporal else item)
+    if nontemporal:
+        st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(_I32, 1)]))
+
+
 def _check_store(buf, idx, v):
     _check_buf(buf, idx)
     if not isinstance(v, Vec) or v.dtype not in (types.float32, types.float64):
@@ -509,8 +532,7 @@ def vstore(typingctx, buf, idx, v):
 
     def codegen(context, builder, sig, args):
         ptr = _ptr(context, builder, sig.args[0], args[0], args[1])
-        raw = _narrow(builder, args[2], dtype, _target_has(context, "avx512bf16"))
-        builder.store(raw, builder.bitcast(ptr, raw.type.as_pointer()), align=dtype.bitwidth // 8)
+        _store_raw(builder, ptr, _narrow(builder, args[2], dtype, _target_has(context, "avx512bf16")), dtype, False)
         return context.get_dummy_value()
 
     return types.none(buf, idx, v), codegen
@@ -529,10 +551,7 @@ def vstore_nt(typingctx, buf, idx, v):
 
     def codegen(context, builder, sig, args):
         ptr = _ptr(context, builder, sig.args[0], args[0], args[1])
-        raw = _narrow(builder, args[2], dtype, _target_has(context, "avx512bf16"))
-        size = raw.type.count * dtype.bitwidth // 8
-        st = builder.store(raw, builder.bitcast(ptr, raw.type.as_pointer()), align=size)
-        st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(_I32, 1)]))
+        _store_raw(builder, ptr, _narrow(builder, args[2], dtype, _target_has(context, "avx512bf16")), dtype, True)
         return context.get_dummy_value()
 
     return types.none(buf, idx, v), codegen
@@ -558,14 +577,19 @@ def vstore_nt(typingctx, buf, idx, v):
 # 1.03-1.09x, 2048x4096 1.08x / 1.10x, 16x16x128x128 1.06-1.13x; float32
 # and float16 (two vectors, as before) 0.97-1.05x. Intel not yet measured
 # (docs/performance.md, the ninth Zen 4 session).
+def _group_interleaves(group):
+    """Type-checks a pass's ``group``; whether its arrays are all bfloat16."""
+    if not isinstance(group, types.BaseTuple) or not all(isinstance(t, types.Array) for t in group):
+        raise TypingError("pairs: the pass's arrays, as a tuple, expected")
+    return all(t.dtype == types.uint16 for t in group)
+
+
 def _interleaved(buf, idx, group):
     """Type-checks a pair's buffer and group; whether its pairs interleave."""
     _check_buf(buf, idx)
     if buf.dtype == types.float64:
         raise TypingError("pairs: float32 or 16-bit buffers only")
-    if not isinstance(group, types.BaseTuple) or not all(isinstance(t, types.Array) for t in group):
-        raise TypingError("pairs: the pass's arrays, as a tuple, expected")
-    return all(t.dtype == types.uint16 for t in group) and buf.dtype == types.uint16
+    return _group_interleaves(group) and buf.dtype == types.uint16
 
 
 @intrinsic
@@ -575,9 +599,7 @@ def pairs_interleave(typingctx, group):
     :func:`vstore_pair` move one vector each rather than two (a constant of
     the compile, as :func:`on_amd`): a loop that interleaves its stores with
     other work keeps one store per vector where there are two."""
-    if not isinstance(group, types.BaseTuple) or not all(isinstance(t, types.Array) for t in group):
-        raise TypingError("pairs_interleave: a tuple of arrays expected")
-    one = all(t.dtype == types.uint16 for t in group)
+    one = _group_interleaves(group)
 
     def codegen(context, builder, sig, args):
         return ir.Constant(ir.IntType(1), int(one))
@@ -604,9 +626,8 @@ def vload_pair(typingctx, buf, idx, group):
             odd = builder.and_(raw, ir.Constant(i32v, [-0x10000] * W))
             halves = [builder.bitcast(even, ir.VectorType(_F32, W)), builder.bitcast(odd, ir.VectorType(_F32, W))]
         else:
-            st = _storage_vt(dtype, W)
             second = builder.gep(ptr, [ir.Constant(ir.IntType(64), W)])
-            halves = [_widen(builder, _load_vec(builder, p, st, dtype.bitwidth // 8), dtype) for p in (ptr, second)]
+            halves = [_load_widened(builder, p, dtype, W) for p in (ptr, second)]
         return context.make_tuple(builder, sig.return_type, halves)
 
     return types.UniTuple(F32x, 2)(buf, idx, group), codegen
@@ -630,19 +651,7 @@ def _bf16_pair_bits(builder, even, odd, hardware):
     both = builder.bitcast(builder.call(cvt, [odd, even]), i16v)  # even's in the low half
     order = [j // 2 + (n if j % 2 else 0) for j in range(2 * n)]
     fast = builder.shuffle_vector(both, ir.Constant(i16v, ir.Undefined), ir.Constant(ir.VectorType(_I32, 2 * n), order))
-    maskv = ir.VectorType(ir.IntType(1), n)
-    fpclass = _declare(builder, "llvm.x86.avx512.fpclass.ps.512", ir.FunctionType(maskv, [even.type, _I32]))
-    sub = builder.or_(builder.call(fpclass, [even, ir.Constant(_I32, 0x20)]),
-                      builder.call(fpclass, [odd, ir.Constant(_I32, 0x20)]))
-    anysub = builder.icmp_unsigned("!=", builder.bitcast(sub, ir.IntType(n)), ir.Constant(ir.IntType(n), 0))
-    before = builder.block
-    with builder.if_then(anysub, likely=False):  # subnormal results: see _bf16_round
-        slow = integer()
-        slow_block = builder.block
-    bits = builder.phi(i16v)
-    bits.add_incoming(fast, before)
-    bits.add_incoming(slow, slow_block)
-    return bits
+    return _unless_subnormal(builder, [even, odd], fast, integer)
 
 
 def _store_pair(nontemporal):
@@ -661,12 +670,7 @@ def _store_pair(nontemporal):
             else:
                 raws = [_narrow(builder, v, dtype, hw_bf16) for v in args[2:4]]
             for i, raw in enumerate(raws):
-                at = builder.gep(ptr, [ir.Constant(ir.IntType(64), i * W)])
-                size = raw.type.count * dtype.bitwidth // 8
-                st = builder.store(raw, builder.bitcast(at, raw.type.as_pointer()),
-                                   align=size if nontemporal else dtype.bitwidth // 8)
-                if nontemporal:
-                    st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(_I32, 1)]))
+                _store_raw(builder, builder.gep(ptr, [ir.Constant(ir.IntType(64), i * W)]), raw, dtype, nontemporal)
             return context.get_dummy_value()
 
         return types.none(buf, idx, a, b, group), codegen
