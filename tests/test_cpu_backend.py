@@ -1442,6 +1442,71 @@ def test_pairs_give_the_bits_of_single_vectors(src_dt, dst_dt):
                                                    for i in bad[:4]])
 
 
+@pytest.mark.parametrize("n", [9000, 4096 + 100, 2000])
+def test_bfloat16_sums_in_pair_order_give_the_float32_sums(n):
+    """bfloat16 sums take their terms by pairs (even and odd elements,
+    ``segment._sum32_pairs``, ``_grad_step_pairs``) and put their lanes back
+    in element order before the tail and the tree (``_vec.unpair``);
+    float32 data takes them in element order. The same values in both
+    dtypes must give the same sums, so the same float32 results (the same
+    fast-path arithmetic): forward, the log_softmax and softmax backward,
+    rows of one chunk and of several (pipelined, ``far``), one and two
+    threads. Sums in another order must show: each row has one term of 1
+    and small ones (``s - 1`` about 1e-3, so that a change of one ulp in
+    ``s`` moves ``y = -log s`` at the max by hundreds of ulps), and the
+    gradients hold +-2**60 in two lanes, so that a float64 sum in another
+    order absorbs other terms (a sum of ordinary bfloat16 terms is exact
+    in float64 in any order)."""
+    rng = np.random.default_rng(31)
+    x = (rng.standard_normal((5, n)) * 3 - 20).astype(BF16)
+    x[:, 5] = 0
+    dd = rng.standard_normal((5, n)).astype(BF16)
+    x[2, 7] = -np.inf
+    dd[:, 0], dd[:, 1] = 2.0**60, -(2.0**60)
+    f32 = np.dtype(F32)
+
+    def run():
+        y = _fwd("log_softmax", x, 1, dtype=F32)
+        assert np.array_equal(bits(y), bits(_fwd("log_softmax", x.astype(F32), 1)))
+        for f in (CPU.log_softmax_backward, CPU.softmax_backward):
+            v = _fwd("log_softmax" if f is CPU.log_softmax_backward else "softmax", x, 1)
+            g = f(dd, v, 1, None, f32)
+            assert np.array_equal(bits(g), bits(f(dd.astype(F32), v.astype(F32), 1, None, f32)))
+
+    for threads in (1, 2):
+        _with_threads(threads, run)
+
+
+def test_unpair_puts_pair_order_lanes_back():
+    """``unpair`` interleaves the low lanes, then the high lanes, of a sum's
+    even-element and odd-element accumulators (bfloat16 pairs), and leaves
+    them as they are where the pairs do not interleave: float32 (16 lanes)
+    and float64 (8) accumulators."""
+    from logsoftmax.backends.cpu._simd import wide_vectors
+    from logsoftmax.backends.cpu._vec import W, lo_f64, unpair, vload_pair, vstore
+
+    def lanes(x, o32, o64):
+        wide_vectors()
+        a, b = vload_pair(x, 0, (x,))
+        a, b = unpair(a, b, (x,))
+        vstore(o32, 0, a)
+        vstore(o32, W, b)
+        c, d = unpair(lo_f64(vload_pair(x, 0, (x,))[0]), lo_f64(vload_pair(x, 0, (x,))[1]), (x,))
+        vstore(o64, 0, c)
+        vstore(o64, W // 2, d)
+
+    fn = numba.njit(lanes)
+    for dt in (ml_dtypes.bfloat16, np.float32, np.float16):
+        v = np.arange(2 * 16, dtype=np.float32).astype(dt)
+        o32, o64 = np.empty(32, np.float32), np.empty(16, np.float64)
+        fn(v.view(_storage(dt)), o32, o64)
+        assert np.array_equal(o32, np.arange(32, dtype=np.float32))
+        # lo_f64 of each: the even and odd elements 0..14 / 1..15 (bfloat16)
+        # or elements 0..7 and 16..23 (two halves)
+        want = np.arange(16.0) if dt == ml_dtypes.bfloat16 else np.r_[np.arange(8.0), np.arange(16.0, 24.0)]
+        assert np.array_equal(o64, want)
+
+
 def test_bfloat16_pairs_use_the_paired_hardware_rounding():
     """An all-bfloat16 pass rounds its two vectors with one
     ``vcvtne2ps2bf16`` where the CPU has AVX512_BF16."""

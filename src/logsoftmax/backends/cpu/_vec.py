@@ -54,6 +54,7 @@ __all__ = [
     "vload_pair",
     "vstore_pair",
     "vstore_pair_nt",
+    "unpair",
     "pairs_interleave",
     "sfence",
     "address",
@@ -685,6 +686,37 @@ vstore_pair = _store_pair(False)
 #: :func:`vstore_pair` by streaming stores (:func:`vstore_nt`; ``buf[idx]``
 #: on a 64-byte boundary)
 vstore_pair_nt = _store_pair(True)
+
+
+@intrinsic
+def unpair(typingctx, a, b, group):
+    """Two accumulators of a sum whose terms came by :func:`vload_pair` over
+    ``group`` -- ``a`` from the even elements, ``b`` from the odd ones --
+    back in element order: lanes ``0 .. n/2`` of both interleaved, then
+    lanes ``n/2 .. n`` (two ``vpermt2ps``/``vpermt2pd``); ``(a, b)`` as they
+    are where the pairs do not interleave. A sum is a lane-wise running sum
+    whose lane is fixed by the element's index (:mod:`.segment`), so a sum
+    kept in pair order holds, lane for lane, the same values as one kept in
+    element order, and after ``unpair`` gives the same bits. Float32 lanes
+    (16) take 32 consecutive elements, ``a``'s from a pair's first vector
+    and ``b``'s from its second; float64 lanes (8) take 16, ``a`` and ``b``
+    from the same halves (:func:`lo_f64` or :func:`hi_f64`) of a pair's
+    two vectors."""
+    if not (isinstance(a, Vec) and a == b):
+        raise TypingError("unpair: two vectors of one type expected")
+    interleave = _group_interleaves(group)
+
+    def codegen(context, builder, sig, args):
+        x, y = args[0], args[1]
+        if interleave:
+            n = sig.args[0].count
+            masks = ([j // 2 + (n if j % 2 else 0) for j in range(n)],
+                     [n // 2 + j // 2 + (n if j % 2 else 0) for j in range(n)])
+            x, y = (builder.shuffle_vector(args[0], args[1], ir.Constant(ir.VectorType(_I32, n), mk))
+                    for mk in masks)
+        return context.make_tuple(builder, sig.return_type, [x, y])
+
+    return types.UniTuple(a, 2)(a, b, group), codegen
 
 
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")

@@ -403,18 +403,19 @@ def row_grad_sum(ds, ys, n, op):
     wide_vectors()
     s = 0.0
     for c0 in range(0, n, CHUNK):
-        s += chunk_grad_sum(ds, ys, c0, min(n - c0, CHUNK), op)
+        s += chunk_grad_sum(ds, ys, c0, min(n - c0, CHUNK), op, n > CHUNK)
     return s
 
 
 @njit(forceinline=True, error_model="numpy")
-def _backward_pipelined(db, yb, ob, g, op, r0, r1, stream):
+def _backward_pipelined(db, yb, ob, g, op, r0, r1, stream, far):
     """Fast-path backward of unit-stride rows ``[r0, r1)`` (any length):
     the gradient sum of row ``r`` (:func:`.segment.grad_sum_writing`)
     writes row ``r - 1``'s result as it goes, as :func:`_forward_pipelined`
-    does for the forward; ``stream``: by streaming stores (rows of
-    :data:`STREAM_ROW_BYTES` or more, or starting on a line; short rows end
-    to end as one span, :func:`_backward_span`). Row by row (or a
+    does for the forward; ``far``: ``n > CHUNK``, a constant of the
+    caller's (:func:`.segment.grad_sum_writing`); ``stream``: by streaming
+    stores (rows of :data:`STREAM_ROW_BYTES` or more, or starting on a
+    line; short rows end to end as one span, :func:`_backward_span`). Row by row (or a
     batch of sums, then a batch of writes), the sums read two streams with
     one add per element and the writes compute an exponential per element
     from cache, and the backward took about the sum of the two. In-process
@@ -436,7 +437,6 @@ def _backward_pipelined(db, yb, ob, g, op, r0, r1, stream):
     joined = (stream and n * ob.itemsize >= STREAM_ROW_BYTES and dense_rows(g, 0, n)
               and dense_rows(g, 1, n) and dense_rows(g, 2, n))
     line = 64 // ob.itemsize
-    far = n > CHUNK  # the sums ask a chunk ahead (segment.chunk_grad_sum)
     i1, i2 = first_row(g, r0)
     dp = view(db, row_at(g, 0, i1, i2), n)
     yp = view(yb, row_at(g, 1, i1, i2), n)
@@ -552,7 +552,10 @@ def backward_range(db, yb, ob, g, op, accurate, r0, r1):
     n = g[2]
     if (not accurate and r1 - r0 > 1
             and row_step(g, 0) == 1 and row_step(g, 1) == 1 and row_step(g, 2) == 1):
-        _backward_pipelined(db, yb, ob, g, op, r0, r1, streams(ob, g))
+        if n > CHUNK:  # (far, a constant of each copy: segment.grad_sum_writing)
+            _backward_pipelined(db, yb, ob, g, op, r0, r1, streams(ob, g), True)
+        else:
+            _backward_pipelined(db, yb, ob, g, op, r0, r1, streams(ob, g), False)
         return
     dst_ = stage_for(db, n, row_step(g, 0) != 1)
     yst = stage_for(yb, n, row_step(g, 1) != 1)
@@ -957,7 +960,7 @@ def backward_short(db, yb, ob, g, op, accurate, r0, r1):
         tiny.backward_tiny(db, yb, ob, g, op, accurate, r0, r1)
         return
     if not accurate and r1 - r0 > 1:
-        _backward_pipelined(db, yb, ob, g, op, r0, r1, streams(ob, g))
+        _backward_pipelined(db, yb, ob, g, op, r0, r1, streams(ob, g), False)
         return
     # float32 log_softmax rows of one or two whole vectors (the accurate
     # path: rows of up to SHORT_BACKWARD) get copies of the row loop

@@ -25,7 +25,11 @@ Because the order of every addition is fixed by the element's index in its
 row, any kernel that follows this definition -- a row at a time
 (:mod:`.rows`), across a tile of columns (:mod:`.columns`), or a long row's
 chunks spread over threads (:mod:`.split`) -- produces the same bits, for
-any strides, thread count or in-place mode.
+any strides, thread count or in-place mode. A lane is a running sum, not a
+register lane: a kernel may hold it elsewhere as it sums (bfloat16 rows
+take their terms by pairs, even and odd elements, :func:`_sum32_pairs`,
+:func:`_grad_step_pairs`) and put the lanes back in order
+(:func:`._vec.unpair`) before the tail and the tree.
 
 Two precisions (``accurate``), chosen per call by the backend:
 
@@ -77,6 +81,7 @@ from ._vec import (
     reduce_add,
     reduce_max,
     splat,
+    unpair,
     vfma,
     vload,
     vload_n,
@@ -195,17 +200,38 @@ def _sum32(xs, c0, cl, m):
 
 @njit(forceinline=True, error_model="numpy")
 def _sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3):
-    """:func:`_sum32` from its ``k``-th term on (accumulators given)."""
+    """:func:`_sum32` from its ``k``-th term on (accumulators given, in the
+    order of :func:`_sum32_pairs`)."""
     ahead = c0 + CHUNK  # the next chunk, on its way in while this one computes
     while k + 4 * W <= cl:
         for q in range(0, 4 * W, _LINE):
             prefetch_ahead(xs, ahead + k + q)
-        a0 = a0 + exp_f32_sum(vload(xs, c0 + k) - m)
-        a1 = a1 + exp_f32_sum(vload(xs, c0 + k + W) - m)
-        a2 = a2 + exp_f32_sum(vload(xs, c0 + k + 2 * W) - m)
-        a3 = a3 + exp_f32_sum(vload(xs, c0 + k + 3 * W) - m)
+        v0, v1, v2, v3 = _sum32_pairs(xs, c0 + k)
+        a0 = a0 + exp_f32_sum(v0 - m)
+        a1 = a1 + exp_f32_sum(v1 - m)
+        a2 = a2 + exp_f32_sum(v2 - m)
+        a3 = a3 + exp_f32_sum(v3 - m)
         k += 4 * W
+    a0, a1 = unpair(a0, a1, (xs,))
+    a2, a3 = unpair(a2, a3, (xs,))
     return _sum32_finish(xs, c0 + k, cl - k, m, a0, a1, a2, a3)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _sum32_pairs(xs, i):
+    """The 4-vector step's elements ``xs[i:i + 4W]`` for the four
+    accumulators of :func:`_sum32` by two :func:`._vec.vload_pair`: for
+    bfloat16 the even and odd elements of each half, one integer operation
+    per 16 where :func:`._vec.vload` takes two; float32 and float16 in
+    element order. The sum keeps its lanes in that order until
+    :func:`._vec.unpair` puts them back, before the tail and the tree: the
+    same bits. In-process A/B against :func:`._vec.vload` (AMD EPYC Zen 4,
+    LLVM znver4, numpy ``out=``, same bits): bfloat16 forward 4096x32000
+    1.02x, 256x128256 1.03x, 2048x4096 1.01-1.03x (the sums are bound by
+    their exponentials)."""
+    v0, v1 = vload_pair(xs, i, (xs,))
+    v2, v3 = vload_pair(xs, i + 2 * W, (xs,))
+    return v0, v1, v2, v3
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -285,8 +311,23 @@ def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n, fold=False):
     left two lines per chunk to ordinary stores, each reading its line
     from memory while the stores behind it waited: into a numpy ``out=``
     (16 bytes past a line) 4096x32000 bfloat16 took 1.19x as long as into
-    a page-aligned one (AMD EPYC, LLVM znver4)."""
+    a page-aligned one (AMD EPYC, LLVM znver4).
+
+    One copy of the loop streams and one stores normally: with one loop,
+    every store tested ``head >= 0`` (LLVM does not unswitch a loop this
+    size). In-process A/B against that loop (AMD EPYC Zen 4, LLVM znver4,
+    numpy ``out=``, same bits): 4096x32000 bfloat16 1.07-1.11x, 256x128256
+    bfloat16 1.06-1.09x, 1024x128256 float16 1.12-1.15x, 1000x5000 float16
+    1.09x, 4096x32000 float32 0.98-1.01x."""
     wide_vectors()
+    if head >= 0:
+        return _sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n, fold, True)
+    return _sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n, fold, False)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n, fold, nt):
+    """:func:`sum32_writing` for a constant ``nt = head >= 0``."""
     a0 = splat(_ZERO)
     a1 = a0
     a2 = a0
@@ -301,7 +342,6 @@ def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n, fold=False):
     # fold (which reads the next one here) the one after it, so that every
     # chunk of a row asks for memory a constant distance ahead
     ahead = c0 + (2 * CHUNK if fold else CHUNK)
-    nt = head >= 0
     # the previous row's pairs (._vec.vload_pair); where they are two vectors,
     # one store after each exp as before: float32 4096x32000 forward took
     # 0.90x as long with both stores after every second exp (in-process A/B,
@@ -324,23 +364,24 @@ def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n, fold=False):
         if step:  # the next chunk's elements, in chunk_max's order
             x0, x1 = vload_pair(xs, nx + k, (xs,))
             n0 = vmax_x86(n0, x0)
-        a0 = a0 + exp_f32_sum(vload(xs, i) - m)
+        v0, v1, v2, v3 = _sum32_pairs(xs, i)
+        a0 = a0 + exp_f32_sum(v0 - m)
         if k > 0 and not one:
             _put(os, j - 4 * W, y0, nt)
         if step:
             n1 = vmax_x86(n1, x1)
-        a1 = a1 + exp_f32_sum(vload(xs, i + W) - m)
+        a1 = a1 + exp_f32_sum(v1 - m)
         if k > 0:
             _put_pair(os, j - 4 * W, y0, y1, nt, (ps, os), one)
         if step:
             x2, x3 = vload_pair(xs, nx + k + 2 * W, (xs,))
             n2 = vmax_x86(n2, x2)
-        a2 = a2 + exp_f32_sum(vload(xs, i + 2 * W) - m)
+        a2 = a2 + exp_f32_sum(v2 - m)
         if k > 0 and not one:
             _put(os, j - 2 * W, y2, nt)
         if step:
             n3 = vmax_x86(n3, x3)
-        a3 = a3 + exp_f32_sum(vload(xs, i + 3 * W) - m)
+        a3 = a3 + exp_f32_sum(v3 - m)
         if k > 0:
             _put_pair(os, j - 2 * W, y2, y3, nt, (ps, os), one)
         y0 = (p0 - mp) - lp
@@ -356,7 +397,7 @@ def sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n, fold=False):
     if nt:  # the window's last whole lines, which the 4-vector steps did not reach
         a = stream_forward(ps, os, a, e, _LSM, False, 0.0, 0.0, mp, lp)
     _store_range(os, ps, a, hi, mp, lp)
-    sum_ = _sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3)  # the sum's last terms
+    sum_ = _sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3)  # the sum's last terms (pair order)
     if nl <= 0:
         return sum_, _NINF
     # the next chunk's max from where the steps above stopped taking it
@@ -559,7 +600,7 @@ def stream_forward(xs, os, k, e, op, accurate, m, b, m32, b32):
 
 
 @njit(forceinline=True, error_model="numpy")
-def chunk_grad_sum(ds, ys, c0, cl, op):
+def chunk_grad_sum(ds, ys, c0, cl, op, paired=False):
     """float64 ``sum(diff_dst)`` (log_softmax) or ``sum(diff_dst * dst)``
     (softmax) of a chunk over :data:`GRAD_LANES` lanes (float32 products are
     exact in float64): four float64 vectors, so the additions are not one
@@ -574,10 +615,14 @@ def chunk_grad_sum(ds, ys, c0, cl, op):
     (LLVM znver4, 2 threads, numpy ``out=``, same bits) of the Intel
     pattern everywhere: 4096x32000 float32 1.07x, bfloat16 1.07x,
     1024x32000 float32 1.11-1.16x, 1024x128256 float16 1.02-1.04x, but
-    accurate short rows lost (4096x1000 0.83-0.86x, 32768x128 0.85x)."""
+    accurate short rows lost (4096x1000 0.83-0.86x, 32768x128 0.85x).
+    ``paired``: by :func:`_grad_step_pairs` (the chunks of rows longer than
+    a chunk, as :func:`grad_sum_writing`)."""
     wide_vectors()
     z = splat(0.0)
-    return _grad_sum_rest(ds, ys, c0, c0 + cl, op, z, z, z, z)
+    if paired:  # (rows longer than a chunk: see grad_sum_writing)
+        return _grad_sum_rest(ds, ys, c0, c0 + cl, op, z, z, z, z, True)
+    return _grad_sum_rest(ds, ys, c0, c0 + cl, op, z, z, z, z, False)
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -586,14 +631,7 @@ def _grad_step(ds, ys, k, op, a0, a1, a2, a3, far=False):
     ``far``: a row longer than a chunk whose sum runs under the last row's
     writes (:func:`grad_sum_writing`), whose streams are asked for a chunk
     ahead into L2 on AMD Zen too (:func:`chunk_grad_sum`)."""
-    if far or not on_amd():  # both streams a chunk ahead, into L2
-        prefetch_l2(ds, k + CHUNK)
-        prefetch_l2(ds, k + CHUNK + W)
-        prefetch_l2(ys, k + CHUNK)
-        prefetch_l2(ys, k + CHUNK + W)
-    elif op == _LSM:  # AMD Zen, as tuned there: dst into L1 for pass 2
-        prefetch(ys, k)
-        prefetch(ys, k + W)
+    _grad_ahead(ds, ys, k, op, far)
     d = vload(ds, k)
     e = vload(ds, k + W)
     if op == _LSM:
@@ -602,6 +640,46 @@ def _grad_step(ds, ys, k, op, a0, a1, a2, a3, far=False):
     z = vload(ys, k + W)
     return (a0 + lo_f64(d) * lo_f64(y), a1 + hi_f64(d) * hi_f64(y),
             a2 + lo_f64(e) * lo_f64(z), a3 + hi_f64(e) * hi_f64(z))
+
+
+@njit(forceinline=True, error_model="numpy")
+def _grad_step_pairs(ds, ys, k, op, a0, a1, a2, a3, far=False):
+    """:func:`_grad_step` by one :func:`._vec.vload_pair` per stream: for
+    bfloat16 the lanes hold the even and odd elements of the low halves
+    (``a0``, ``a1``) and of the high ones (``a2``, ``a3``) until
+    :func:`_grad_unpair` puts them back in element order (the same bits);
+    float32 and float16 in element order."""
+    _grad_ahead(ds, ys, k, op, far)
+    d, e = vload_pair(ds, k, (ds, ys))
+    if op == _LSM:
+        return a0 + lo_f64(d), a1 + lo_f64(e), a2 + hi_f64(d), a3 + hi_f64(e)
+    y, z = vload_pair(ys, k, (ds, ys))
+    return (a0 + lo_f64(d) * lo_f64(y), a1 + lo_f64(e) * lo_f64(z),
+            a2 + hi_f64(d) * hi_f64(y), a3 + hi_f64(e) * hi_f64(z))
+
+
+@njit(forceinline=True, error_model="numpy")
+def _grad_unpair(ds, ys, a0, a1, a2, a3):
+    """The four accumulators of :func:`_grad_step_pairs` in
+    :func:`_grad_step`'s order."""
+    a0, a1 = unpair(a0, a1, (ds, ys))
+    a2, a3 = unpair(a2, a3, (ds, ys))
+    if pairs_interleave((ds, ys)):
+        return a0, a1, a2, a3
+    return a0, a2, a1, a3  # two halves: lo(d), lo(e), hi(d), hi(e) -> d's lanes, then e's
+
+
+@njit(forceinline=True, error_model="numpy")
+def _grad_ahead(ds, ys, k, op, far):
+    """The prefetches of a :func:`_grad_step` at ``k``."""
+    if far or not on_amd():  # both streams a chunk ahead, into L2
+        prefetch_l2(ds, k + CHUNK)
+        prefetch_l2(ds, k + CHUNK + W)
+        prefetch_l2(ys, k + CHUNK)
+        prefetch_l2(ys, k + CHUNK + W)
+    elif op == _LSM:  # AMD Zen, as tuned there: dst into L1 for pass 2
+        prefetch(ys, k)
+        prefetch(ys, k + W)
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -619,12 +697,18 @@ def grad_add(lo, hi, ds, pd, ys, py, count, op):
 
 
 @njit(forceinline=True, error_model="numpy")
-def _grad_sum_rest(ds, ys, k, end, op, a0, a1, a2, a3):
+def _grad_sum_rest(ds, ys, k, end, op, a0, a1, a2, a3, paired):
     """:func:`chunk_grad_sum` from element ``k`` to ``end`` (accumulators
-    given), then the lanes' tree."""
+    given, in :func:`_grad_step_pairs`' order if ``paired``, a constant of
+    the caller's, else :func:`_grad_step`'s), then the lanes' tree."""
     while k + 2 * W <= end:
-        a0, a1, a2, a3 = _grad_step(ds, ys, k, op, a0, a1, a2, a3)
+        if paired:
+            a0, a1, a2, a3 = _grad_step_pairs(ds, ys, k, op, a0, a1, a2, a3)
+        else:
+            a0, a1, a2, a3 = _grad_step(ds, ys, k, op, a0, a1, a2, a3)
         k += 2 * W
+    if paired:
+        a0, a1, a2, a3 = _grad_unpair(ds, ys, a0, a1, a2, a3)
     if k < end:
         a0, a1 = grad_add(a0, a1, ds, k, ys, k, end - k, op)
     if k + W < end:
@@ -673,15 +757,24 @@ def grad_sum_writing(ds, ys, c0, cl, op, pd, py, os, ns32, s32, head, n, far):
     this one instead of after them. ``head``: as :func:`sum32_writing` (the
     store side ``head`` elements ahead, on whole lines; the caller writes
     the row's first ``head`` elements; ``n``: where the row's writes stop;
-    ``far``: the row is longer than a chunk, :func:`_grad_step`)."""
+    ``far``: the row is longer than a chunk, :func:`_grad_step`; a
+    constant of the caller's).
+
+    Rows longer than a chunk sum by :func:`_grad_step_pairs`: in-process
+    A/B against single vectors (AMD EPYC, LLVM znver4, numpy ``out=``, same
+    bits) 4096x32000 bfloat16 1.03x, 256x128256 1.05x; shorter rows by
+    single vectors, whose lanes need not go back in order once a row: with
+    pairs 200000x64 bfloat16 ran 0.95-0.96x, 20000x1000 0.97x. ``far``
+    must be a constant where this is inlined: a row loop that held both
+    copies ran rows of 64-100 at 0.95-0.97x."""
     wide_vectors()
     lo, hi, e = _store_window(os, c0, cl, head, n)
     k, j, a0, a1, a2, a3 = _grad_steps_writing(ds, ys, c0, c0 + cl, op, pd, py, os, lo, e,
-                                               head >= 0, ns32, s32, far)
+                                               head >= 0, ns32, s32, far, far)
     if head >= 0:  # the window's last whole lines, which the 2-vector steps did not reach
         j = stream_backward(pd, py, os, j, e, op, ns32, s32)
     store_backward(pd, py, os, j, hi, op, ns32, s32)
-    return _grad_sum_rest(ds, ys, k, c0 + cl, op, a0, a1, a2, a3)
+    return _grad_sum_rest(ds, ys, k, c0 + cl, op, a0, a1, a2, a3, far)
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -690,11 +783,15 @@ def grad_sum_streaming(ds, ys, n, op, pd, py, os, lo, e, ns32, s32):
     CHUNK``) that also streams ``os[lo:e)`` (whole 64-byte lines of the span
     of rows that :func:`.rows._backward_span` writes, ``pd``, ``py``
     -> ``os`` with ``ns32``, ``s32``, fast path), as :func:`grad_sum_writing`
-    does for a window of the previous row."""
+    does for a window of the previous row. Its sums take single vectors, not
+    :func:`_grad_step_pairs`: with pairs, whose lanes go back in order once
+    a row, bfloat16 rows of 64-128 ran 0.96-0.99x (in-process A/B, AMD EPYC,
+    LLVM znver4, numpy ``out=``, same bits)."""
     wide_vectors()
-    k, j, a0, a1, a2, a3 = _grad_steps_writing(ds, ys, 0, n, op, pd, py, os, lo, e, True, ns32, s32, False)
+    k, j, a0, a1, a2, a3 = _grad_steps_writing(ds, ys, 0, n, op, pd, py, os, lo, e, True, ns32, s32, False,
+                                               False)
     stream_backward(pd, py, os, j, e, op, ns32, s32)
-    return _grad_sum_rest(ds, ys, k, n, op, a0, a1, a2, a3)
+    return _grad_sum_rest(ds, ys, k, n, op, a0, a1, a2, a3, False)
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -711,11 +808,11 @@ def stream_backward(ds, ys, os, a, e, op, ns32, s32):
 
 
 @njit(forceinline=True, error_model="numpy")
-def _grad_steps_writing(ds, ys, c0, end, op, pd, py, os, lo, e, nt, ns32, s32, far):
+def _grad_steps_writing(ds, ys, c0, end, op, pd, py, os, lo, e, nt, ns32, s32, far, paired):
     """The lockstep loop of :func:`grad_sum_writing`: two vectors of the sum
     of ``ds``/``ys`` from ``c0`` and two of ``os`` from ``lo`` a step, while
     both last (``end``, ``e``). Returns where each stopped and the sum's
-    four accumulators."""
+    four accumulators (in :func:`_grad_step_pairs`' order if ``paired``)."""
     a0 = splat(0.0)
     a1 = a0
     a2 = a0
@@ -727,7 +824,10 @@ def _grad_steps_writing(ds, ys, c0, end, op, pd, py, os, lo, e, nt, ns32, s32, f
         j = lo + (k - c0)
         d0, d1 = vload_pair(pd, j, (pd, py, os))
         y0, y1 = vload_pair(py, j, (pd, py, os))
-        a0, a1, a2, a3 = _grad_step(ds, ys, k, op, a0, a1, a2, a3, far)
+        if paired:
+            a0, a1, a2, a3 = _grad_step_pairs(ds, ys, k, op, a0, a1, a2, a3, far)
+        else:
+            a0, a1, a2, a3 = _grad_step(ds, ys, k, op, a0, a1, a2, a3, far)
         if k > c0:
             _put_pair(os, j - 2 * W, g0, g1, nt, (pd, py, os))
         g0 = backward_vec(d0, y0, op, ns32, s32)

@@ -109,7 +109,7 @@ def backward_sums(db, yb, g, op, ps):
         cl = min(CHUNK, n - c0)
         ds = view(db, row_offset(g, 0, r) + c0, cl)
         ys = view(yb, row_offset(g, 1, r) + c0, cl)
-        ps[r, it - r * nch] = chunk_grad_sum(ds, ys, 0, cl, op)
+        ps[r, it - r * nch] = chunk_grad_sum(ds, ys, 0, cl, op, True)
 
 
 @njit(**_PKW)
