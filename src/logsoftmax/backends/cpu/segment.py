@@ -766,7 +766,7 @@ def grad_sum_writing(ds, ys, c0, cl, op, pd, py, os, ns32, s32, head, n, far):
     single vectors, whose lanes need not go back in order once a row: with
     pairs 200000x64 bfloat16 ran 0.95-0.96x, 20000x1000 0.97x. ``far``
     must be a constant where this is inlined: a row loop that held both
-    copies ran rows of 64-100 at 0.95-0.97x."""
+    copies ran rows of 64-300 at 0.96-0.99x."""
     wide_vectors()
     lo, hi, e = _store_window(os, c0, cl, head, n)
     k, j, a0, a1, a2, a3 = _grad_steps_writing(ds, ys, c0, c0 + cl, op, pd, py, os, lo, e,
@@ -784,9 +784,8 @@ def grad_sum_streaming(ds, ys, n, op, pd, py, os, lo, e, ns32, s32):
     of rows that :func:`.rows._backward_span` writes, ``pd``, ``py``
     -> ``os`` with ``ns32``, ``s32``, fast path), as :func:`grad_sum_writing`
     does for a window of the previous row. Its sums take single vectors, not
-    :func:`_grad_step_pairs`: with pairs, whose lanes go back in order once
-    a row, bfloat16 rows of 64-128 ran 0.96-0.99x (in-process A/B, AMD EPYC,
-    LLVM znver4, numpy ``out=``, same bits)."""
+    :func:`_grad_step_pairs`, as :func:`grad_sum_writing`'s rows of up to a
+    chunk do (whose doc has the A/B)."""
     wide_vectors()
     k, j, a0, a1, a2, a3 = _grad_steps_writing(ds, ys, 0, n, op, pd, py, os, lo, e, True, ns32, s32, False,
                                                False)
