@@ -550,12 +550,13 @@ def backward_range(db, yb, ob, g, op, accurate, r0, r1):
     ``yb`` with the same geometry (in place, as :func:`forward_range`)."""
     wide_vectors()
     n = g[2]
-    if (not accurate and r1 - r0 > 1
+    # unit-stride rows of up to a chunk take backward_short (the backend's
+    # plan), so only longer ones pipeline here (far, a constant: one copy of
+    # the loop, segment.grad_sum_writing; a copy for each case added 4 s to
+    # this kernel's first compile, 12.4 -> 16.8 s for bfloat16 4x5000)
+    if (not accurate and r1 - r0 > 1 and n > CHUNK
             and row_step(g, 0) == 1 and row_step(g, 1) == 1 and row_step(g, 2) == 1):
-        if n > CHUNK:  # (far, a constant of each copy: segment.grad_sum_writing)
-            _backward_pipelined(db, yb, ob, g, op, r0, r1, streams(ob, g), True)
-        else:
-            _backward_pipelined(db, yb, ob, g, op, r0, r1, streams(ob, g), False)
+        _backward_pipelined(db, yb, ob, g, op, r0, r1, streams(ob, g), True)
         return
     dst_ = stage_for(db, n, row_step(g, 0) != 1)
     yst = stage_for(yb, n, row_step(g, 1) != 1)
