@@ -28,7 +28,7 @@ chunks spread over threads (:mod:`.split`) -- produces the same bits, for
 any strides, thread count or in-place mode. A lane is a running sum, not a
 register lane: a kernel may hold it elsewhere as it sums (bfloat16 rows
 take their terms by pairs, even and odd elements, :func:`_sum32_pairs`,
-:func:`_grad_step_pairs`) and put the lanes back in order
+:func:`_grad_step`'s pairs) and put the lanes back in order
 (:func:`._vec.unpair`) before the tail and the tree.
 
 Two precisions (``accurate``), chosen per call by the backend:
@@ -616,7 +616,7 @@ def chunk_grad_sum(ds, ys, c0, cl, op, paired=False):
     pattern everywhere: 4096x32000 float32 1.07x, bfloat16 1.07x,
     1024x32000 float32 1.11-1.16x, 1024x128256 float16 1.02-1.04x, but
     accurate short rows lost (4096x1000 0.83-0.86x, 32768x128 0.85x).
-    ``paired``: by :func:`_grad_step_pairs` (the chunks of rows longer than
+    ``paired``: by :func:`_grad_step`'s pairs (the chunks of rows longer than
     a chunk, as :func:`grad_sum_writing`)."""
     wide_vectors()
     z = splat(0.0)
@@ -626,47 +626,39 @@ def chunk_grad_sum(ds, ys, c0, cl, op, paired=False):
 
 
 @njit(forceinline=True, error_model="numpy")
-def _grad_step(ds, ys, k, op, a0, a1, a2, a3, far=False):
+def _grad_step(ds, ys, k, op, a0, a1, a2, a3, far=False, paired=False):
     """Terms ``k .. k + 2W`` of :func:`chunk_grad_sum` into its four lanes.
     ``far``: a row longer than a chunk whose sum runs under the last row's
     writes (:func:`grad_sum_writing`), whose streams are asked for a chunk
-    ahead into L2 on AMD Zen too (:func:`chunk_grad_sum`)."""
+    ahead into L2 on AMD Zen too (:func:`chunk_grad_sum`). ``paired`` (a
+    constant): the terms by one :func:`._vec.vload_pair` per stream, which
+    for bfloat16 leaves the lanes in pair order until :func:`_grad_unpair`;
+    the same vectors as two :func:`._vec.vload` otherwise."""
     _grad_ahead(ds, ys, k, op, far)
-    d = vload(ds, k)
-    e = vload(ds, k + W)
+    if paired:
+        d, e = vload_pair(ds, k, (ds, ys))
+    else:
+        d, e = vload(ds, k), vload(ds, k + W)
     if op == _LSM:
         return a0 + lo_f64(d), a1 + hi_f64(d), a2 + lo_f64(e), a3 + hi_f64(e)
-    y = vload(ys, k)
-    z = vload(ys, k + W)
+    if paired:
+        y, z = vload_pair(ys, k, (ds, ys))
+    else:
+        y, z = vload(ys, k), vload(ys, k + W)
     return (a0 + lo_f64(d) * lo_f64(y), a1 + hi_f64(d) * hi_f64(y),
             a2 + lo_f64(e) * lo_f64(z), a3 + hi_f64(e) * hi_f64(z))
 
 
 @njit(forceinline=True, error_model="numpy")
-def _grad_step_pairs(ds, ys, k, op, a0, a1, a2, a3, far=False):
-    """:func:`_grad_step` by one :func:`._vec.vload_pair` per stream: for
-    bfloat16 the lanes hold the even and odd elements of the low halves
-    (``a0``, ``a1``) and of the high ones (``a2``, ``a3``) until
-    :func:`_grad_unpair` puts them back in element order (the same bits);
-    float32 and float16 in element order."""
-    _grad_ahead(ds, ys, k, op, far)
-    d, e = vload_pair(ds, k, (ds, ys))
-    if op == _LSM:
-        return a0 + lo_f64(d), a1 + lo_f64(e), a2 + hi_f64(d), a3 + hi_f64(e)
-    y, z = vload_pair(ys, k, (ds, ys))
-    return (a0 + lo_f64(d) * lo_f64(y), a1 + lo_f64(e) * lo_f64(z),
-            a2 + hi_f64(d) * hi_f64(y), a3 + hi_f64(e) * hi_f64(z))
-
-
-@njit(forceinline=True, error_model="numpy")
 def _grad_unpair(ds, ys, a0, a1, a2, a3):
-    """The four accumulators of :func:`_grad_step_pairs` in
-    :func:`_grad_step`'s order."""
-    a0, a1 = unpair(a0, a1, (ds, ys))
-    a2, a3 = unpair(a2, a3, (ds, ys))
+    """The four accumulators of a paired :func:`_grad_step` back in element
+    order: for bfloat16 they hold the low and high halves of the even
+    elements (``a0``, ``a1``) and of the odd ones (``a2``, ``a3``)."""
     if pairs_interleave((ds, ys)):
-        return a0, a1, a2, a3
-    return a0, a2, a1, a3  # two halves: lo(d), lo(e), hi(d), hi(e) -> d's lanes, then e's
+        l0, l1 = unpair(a0, a2, (ds, ys))
+        h0, h1 = unpair(a1, a3, (ds, ys))
+        return l0, l1, h0, h1
+    return a0, a1, a2, a3
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -699,13 +691,10 @@ def grad_add(lo, hi, ds, pd, ys, py, count, op):
 @njit(forceinline=True, error_model="numpy")
 def _grad_sum_rest(ds, ys, k, end, op, a0, a1, a2, a3, paired):
     """:func:`chunk_grad_sum` from element ``k`` to ``end`` (accumulators
-    given, in :func:`_grad_step_pairs`' order if ``paired``, a constant of
-    the caller's, else :func:`_grad_step`'s), then the lanes' tree."""
+    given, in pair order if ``paired``, a constant of the caller's:
+    :func:`_grad_step`), then the lanes' tree."""
     while k + 2 * W <= end:
-        if paired:
-            a0, a1, a2, a3 = _grad_step_pairs(ds, ys, k, op, a0, a1, a2, a3)
-        else:
-            a0, a1, a2, a3 = _grad_step(ds, ys, k, op, a0, a1, a2, a3)
+        a0, a1, a2, a3 = _grad_step(ds, ys, k, op, a0, a1, a2, a3, False, paired)
         k += 2 * W
     if paired:
         a0, a1, a2, a3 = _grad_unpair(ds, ys, a0, a1, a2, a3)
@@ -760,7 +749,7 @@ def grad_sum_writing(ds, ys, c0, cl, op, pd, py, os, ns32, s32, head, n, far):
     ``far``: the row is longer than a chunk, :func:`_grad_step`; a
     constant of the caller's).
 
-    Rows longer than a chunk sum by :func:`_grad_step_pairs`: in-process
+    Rows longer than a chunk sum by :func:`_grad_step`'s pairs: in-process
     A/B against single vectors (AMD EPYC, LLVM znver4, numpy ``out=``, same
     bits) 4096x32000 bfloat16 1.03x, 256x128256 1.05x; shorter rows by
     single vectors, whose lanes need not go back in order once a row: with
@@ -784,7 +773,7 @@ def grad_sum_streaming(ds, ys, n, op, pd, py, os, lo, e, ns32, s32):
     of rows that :func:`.rows._backward_span` writes, ``pd``, ``py``
     -> ``os`` with ``ns32``, ``s32``, fast path), as :func:`grad_sum_writing`
     does for a window of the previous row. Its sums take single vectors, not
-    :func:`_grad_step_pairs`, as :func:`grad_sum_writing`'s rows of up to a
+    :func:`_grad_step`'s pairs, as :func:`grad_sum_writing`'s rows of up to a
     chunk do (whose doc has the A/B)."""
     wide_vectors()
     k, j, a0, a1, a2, a3 = _grad_steps_writing(ds, ys, 0, n, op, pd, py, os, lo, e, True, ns32, s32, False,
@@ -811,7 +800,7 @@ def _grad_steps_writing(ds, ys, c0, end, op, pd, py, os, lo, e, nt, ns32, s32, f
     """The lockstep loop of :func:`grad_sum_writing`: two vectors of the sum
     of ``ds``/``ys`` from ``c0`` and two of ``os`` from ``lo`` a step, while
     both last (``end``, ``e``). Returns where each stopped and the sum's
-    four accumulators (in :func:`_grad_step_pairs`' order if ``paired``)."""
+    four accumulators (in pair order if ``paired``, :func:`_grad_step`)."""
     a0 = splat(0.0)
     a1 = a0
     a2 = a0
@@ -823,10 +812,7 @@ def _grad_steps_writing(ds, ys, c0, end, op, pd, py, os, lo, e, nt, ns32, s32, f
         j = lo + (k - c0)
         d0, d1 = vload_pair(pd, j, (pd, py, os))
         y0, y1 = vload_pair(py, j, (pd, py, os))
-        if paired:
-            a0, a1, a2, a3 = _grad_step_pairs(ds, ys, k, op, a0, a1, a2, a3, far)
-        else:
-            a0, a1, a2, a3 = _grad_step(ds, ys, k, op, a0, a1, a2, a3, far)
+        a0, a1, a2, a3 = _grad_step(ds, ys, k, op, a0, a1, a2, a3, far, paired)
         if k > c0:
             _put_pair(os, j - 2 * W, g0, g1, nt, (pd, py, os))
         g0 = backward_vec(d0, y0, op, ns32, s32)
