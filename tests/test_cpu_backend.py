@@ -288,7 +288,7 @@ def test_thread_count_and_row_split_deterministic(shape):
      (F32, 32, 2), (F32, 30, 1), (BF16, 32_771, 2), (F32, 2000, 2)],  # (rows of <= 32: batches of 64 rows)
 )
 def test_streaming_stores_same_bits(dtype, n, threads):
-    """Outputs of >= ``alloc.STREAM_BYTES`` go out by streaming stores
+    """Outputs of >= ``alloc.stream_bytes`` go out by streaming stores
     (aligned body, ordinary head and tail; short rows only when they start
     on a line, or a task's rows as one span when they lie end to end):
     the same bits as the ordinary stores of smaller calls, at every
@@ -300,9 +300,10 @@ def test_streaming_stores_same_bits(dtype, n, threads):
     threads, the row where a task starts writes that line by ordinary
     stores. Rows past 1000 elements have one whose last chunk is all -inf
     (the chunk's special-value path inside the pipelined loop)."""
-    from logsoftmax.backends.cpu.alloc import STREAM_BYTES
+    from logsoftmax.backends.cpu.alloc import stream_bytes
 
-    r = -(-STREAM_BYTES // (n * np.dtype(dtype).itemsize)) + 3
+    itemsize = np.dtype(dtype).itemsize
+    r = -(-stream_bytes(itemsize, True) // (n * itemsize)) + 3
     step = max(16, r // 64)
     rng = np.random.default_rng(16)
     x = (rng.standard_normal((r, n)) * 3).astype(dtype)
@@ -343,6 +344,34 @@ def test_streaming_stores_same_bits(dtype, n, threads):
     _with_threads(threads, run)
 
 
+def test_python_and_the_kernels_stream_from_the_same_size():
+    """``alloc.stream_bytes`` (the front door faults a streamed output's
+    pages in first) and the kernels' ``rows.streams_items`` (streaming
+    stores) draw one line, per item size, row or column kernels, on this
+    CPU: float32 rows from ``STREAM_BYTES_F32_AMD`` on an AMD core, every
+    other output from ``STREAM_BYTES``."""
+    from numba import njit
+
+    from logsoftmax.backends.cpu import alloc, rows
+    from logsoftmax.backends.cpu._vec import on_amd
+
+    @njit
+    def kernels_stream(g, itemsize, row_kernels):
+        return rows.streams_items(g, itemsize, row_kernels)
+
+    amd = njit(lambda: on_amd())()
+
+    for itemsize in (2, 4, 8):
+        for row_kernels in (True, False):
+            line = alloc.stream_bytes(itemsize, row_kernels)
+            assert line in (alloc.STREAM_BYTES, alloc.STREAM_BYTES_F32_AMD)
+            assert (line == alloc.STREAM_BYTES) == (itemsize != 4 or not row_kernels or not amd)
+            for elems, streamed in ((line // itemsize - 1, False), (line // itemsize, True)):
+                g = np.zeros(16, np.int64)
+                g[:4] = (1, 1, elems, 1)  # (outer1, outer2, n, inner)
+                assert kernels_stream(g, itemsize, row_kernels) == streamed, (itemsize, row_kernels, elems)
+
+
 @pytest.mark.parametrize("n, in_dtype", [(32, F32), (48, F32), (128, F32), (32, BF16)],
                          ids=["32", "48", "128", "32-bf16-in"])
 def test_streamed_rows_of_whole_vectors_off_a_line_give_the_same_bits(n, in_dtype):
@@ -355,9 +384,9 @@ def test_streamed_rows_of_whole_vectors_off_a_line_give_the_same_bits(n, in_dtyp
     and softmax, into outputs that start as a sentinel, in place (float32
     input), on one thread and on two (two spans, each with its own first
     and last partial lines); bfloat16 rows into a float32 output too."""
-    from logsoftmax.backends.cpu.alloc import STREAM_BYTES
+    from logsoftmax.backends.cpu.alloc import stream_bytes
 
-    r = -(-STREAM_BYTES // (n * 4)) + 21  # a partial last batch
+    r = -(-stream_bytes(4, True) // (n * 4)) + 21  # a partial last batch
     rng = np.random.default_rng(n)
     x = (rng.standard_normal((r, n)) * 3).astype(in_dtype)
     x[3, 5] = np.nan

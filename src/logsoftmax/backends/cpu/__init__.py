@@ -219,8 +219,9 @@ def _runner(lay, kernel, dtype):
     def run(*args):
         *inputs, out = args
         res = alloc.empty_like(inputs[0], dtype) if out is None else out
-        # big outputs are streamed (a constant of alloc: _k() costs ~1 us a call)
-        if res.nbytes >= alloc.STREAM_BYTES:
+        # big outputs are streamed (constants of alloc: _k() costs ~1 us a
+        # call; the smaller threshold first, so small calls skip the lookup)
+        if res.nbytes >= alloc.STREAM_BYTES_F32_AMD and res.nbytes >= alloc.stream_bytes(res.itemsize, not lay.inner):
             # a fresh result's pages by a store each; an out='s keep its data
             alloc.fault_in(res, _threads(), None if out is not None else _k()[0].touch_pages)
         bufs = lay.buffers([*inputs, res])

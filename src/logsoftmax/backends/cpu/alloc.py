@@ -32,6 +32,7 @@ strided stores).
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import os
 import threading
@@ -48,6 +49,8 @@ __all__ = [
     "pooled_bytes",
     "fault_in",
     "STREAM_BYTES",
+    "STREAM_BYTES_F32_AMD",
+    "stream_bytes",
 ]
 
 #: results of at least this many bytes come from the pool (smaller ones from
@@ -192,6 +195,44 @@ def empty_like(x: np.ndarray, dtype) -> np.ndarray:
 #: 1.34-1.40x, 18 MiB problems unchanged. Here, not in :mod:`.rows`, so that a
 #: call reads it without importing the kernel modules.
 STREAM_BYTES = 1 << 25
+#: ... and on an AMD core, float32 outputs of the row kernels from half that
+#: (16 MiB). There an input as big as the output fills the 32 MiB L3 with
+#: it: written by ordinary stores, each output line was read first, and the
+#: output pushed the input out of L3 before the next call. In-process A/B
+#: against 32 MiB (AMD EPYC, LLVM znver4, 2 threads, same bits; ``python
+#: benchmarks/ab_inprocess.py --old <tree> --numpy-out --rounds 15``,
+#: ranges over 2-4 runs), ``out=`` / allocating: 32768x128 forward
+#: 1.09-1.15x / 1.09-1.11x, backward 1.14-1.30x / 1.09-1.12x; 6144x1000
+#: backward 1.14-1.29x / 1.20-1.27x; 1024x4096 forward 1.51-1.76x / 1.81x;
+#: 16384x256 1.09-1.16x; 131072x32 0.96-1.13x / 0.85-1.11x; 87381x48 and
+#: 65536x64 0.98-1.04x. Not 16-bit or float64 outputs (bfloat16 65536x128
+#: 0.95-1.00x, float16 8x16x256x256 axis 2 0.94-0.97x, float64 16384x128
+#: 1.00x), not from 8 MiB (16384x128 backward 0.86-0.88x), and not the
+#: column kernels, whose A/B swung both ways (64x64x32x32 axis 1
+#: 0.75-1.34x, 32x64x56x56 0.67-1.15x).
+STREAM_BYTES_F32_AMD = 1 << 24
+
+
+@functools.cache
+def _compiles_for_amd() -> bool:
+    """Whether numba compiles for an AMD core: the CPU name of its target
+    (``NUMBA_CPU_NAME``, else the host's), as :func:`._vec.on_amd` reads it
+    inside the kernels."""
+    from numba.core import config
+    import llvmlite.binding as ll
+
+    name = config.CPU_NAME or ll.get_host_cpu_name()
+    return name.startswith(("znver", "bdver", "btver", "amdfam"))
+
+
+@functools.cache
+def stream_bytes(itemsize: int, rows: bool) -> int:
+    """The output size (bytes) from which the kernels stream an output of
+    ``itemsize``-byte items, the row kernels' (``rows``) or the column
+    ones' (:func:`.rows.streams_items`, the same rule)."""
+    if rows and itemsize == 4 and _compiles_for_amd():
+        return STREAM_BYTES_F32_AMD
+    return STREAM_BYTES
 _PAGE = mmap.PAGESIZE
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+: fault a range in for writing, data kept
 try:

@@ -49,7 +49,7 @@ from ._vec import (
     vstore_n,
     vstore_nt,
 )
-from .rows import stage_for, streams, streams_items
+from .rows import stage_for, streams_items, streams_tiles
 from .segment import (
     CHUNK,
     GRAD_LANES,
@@ -218,7 +218,7 @@ def stages(g, xsize, osize):
     dense stage (input items of ``xsize`` bytes, output ``osize``): unit
     stride columns whose rows :func:`staged_rows` takes, of an output that
     streams (:func:`.rows.streams`)."""
-    return g[8] == 1 and streams_items(g, osize) and staged_rows(g[2], g[7] * xsize, xsize)
+    return g[8] == 1 and streams_items(g, osize, False) and staged_rows(g[2], g[7] * xsize, xsize)
 
 
 @njit(cache=True)
@@ -444,7 +444,7 @@ def _tiles_stream(ob, g, J):
     """Whether pass 2 writes the tile rows of a ``J``-wide tile by streaming
     stores: an output that streams (:func:`.rows.streams`) and tile rows of
     at least 1 KiB (short ones would be mostly partial lines)."""
-    return streams(ob, g) and J * ob.itemsize >= 1024
+    return streams_tiles(ob, g) and J * ob.itemsize >= 1024
 
 
 @njit(forceinline=True, error_model="numpy")

@@ -27,6 +27,7 @@ from ._vec import (
     lane,
     lanes_below,
     lanes_below64,
+    on_amd,
     pairs_interleave,
     prefetch_l2,
     sfence,
@@ -42,7 +43,7 @@ from ._vec import (
 )
 from .. import Op
 from . import tiny
-from .alloc import STREAM_BYTES
+from .alloc import STREAM_BYTES, STREAM_BYTES_F32_AMD
 from .geometry import dense_rows, first_row, next_row, row_at, row_offset, row_step
 from .segment import (
     CHUNK,
@@ -111,18 +112,31 @@ BACKWARD_AHEAD = 512
 
 @njit(forceinline=True, error_model="numpy")
 def streams(ob, g):
-    """Whether the call's output goes out by streaming stores: only outputs
-    far bigger than a cache, since they send every line to memory and a
-    result that fits in L2/L3 is better left there for whoever reads it
-    next."""
-    return streams_items(g, ob.itemsize)
+    """Whether a row kernel's output goes out by streaming stores: only
+    outputs far bigger than a cache, since they send every line to memory
+    and a result that fits in L2/L3 is better left there for whoever reads
+    it next."""
+    return streams_items(g, ob.itemsize, True)
 
 
 @njit(forceinline=True, error_model="numpy")
-def streams_items(g, itemsize):
+def streams_tiles(ob, g):
+    """:func:`streams` for the column kernels (:mod:`.columns`, :mod:`.strips`)."""
+    return streams_items(g, ob.itemsize, False)
+
+
+@njit(forceinline=True, error_model="numpy")
+def streams_items(g, itemsize, rows):
     """:func:`streams` for an output of ``itemsize``-byte items (before it
-    exists: the plan's tile width, ``.columns.stages``)."""
-    return g[0] * g[1] * g[2] * g[3] * itemsize >= STREAM_BYTES
+    exists: the plan's tile width, ``.columns.stages``) of the row kernels
+    (``rows``) or the column ones: float32 rows on an AMD core from
+    :data:`.alloc.STREAM_BYTES_F32_AMD` (its measurements), every other
+    output from :data:`.alloc.STREAM_BYTES` (:func:`.alloc.stream_bytes`,
+    the same rule)."""
+    nbytes = g[0] * g[1] * g[2] * g[3] * itemsize
+    if rows and itemsize == 4 and on_amd():
+        return nbytes >= STREAM_BYTES_F32_AMD
+    return nbytes >= STREAM_BYTES
 
 
 @njit(forceinline=True, error_model="numpy")

@@ -78,7 +78,7 @@ from ._vec import (
     vstore_nt,
 )
 from .columns import _col_nan, _grad_vec, _lane_tree, _tile_geom, rows_on_lines
-from .rows import streams, streams_items
+from .rows import streams_items, streams_tiles
 from .segment import CHUNK, GRAD_LANES, LANES64, forward_vec, grad_add, stream_head, vmax_x86
 
 __all__ = [
@@ -147,7 +147,7 @@ def takes_strips(g, xsize, osize, accurate):
     and :data:`ORDINARY_ROWS` rows (ordinary ones)."""
     n = g[2]
     size = g[0] * g[1] * n * g[3] * osize
-    stores = (streams_items(g, osize) and rows_on_lines(g, 1, osize)) or (
+    stores = (streams_items(g, osize, False) and rows_on_lines(g, 1, osize)) or (
         size <= ORDINARY_MAX_BYTES and n <= ORDINARY_ROWS)
     return accurate and xsize == 4 and osize == 4 and stores and _fits(g, n, g[7] * xsize)
 
@@ -163,7 +163,7 @@ def takes_backward_strips(g, dsize, ysize, osize):
     128x384x384 axis 1 1.00-1.01x; by ordinary stores, 64x16x56x56
     1.14-1.26x but 128x64x14x14 0.85x and 32x40x56x56 0.94x."""
     return (dsize == 4 and ysize == 4 and osize == 4 and g[18] == 1
-            and streams_items(g, osize) and rows_on_lines(g, 2, osize)
+            and streams_items(g, osize, False) and rows_on_lines(g, 2, osize)
             and _fits(g, g[2], max(g[7], g[12]) * 4))
 
 
@@ -182,7 +182,7 @@ def strip_plan(ob, g, op):
     first ``h`` columns of each plane are a strip of their own, so that the
     others start on a line."""
     head = stream_head(ob, g[4 + 5 * op])
-    stream = streams(ob, g) and head >= 0 and rows_on_lines(g, op, ob.itemsize)
+    stream = streams_tiles(ob, g) and head >= 0 and rows_on_lines(g, op, ob.itemsize)
     h = min(head, g[3]) if stream else 0
     return g[0] * g[1] * _per_plane(g[3], h), h, stream
 
