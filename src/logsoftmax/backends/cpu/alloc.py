@@ -197,8 +197,9 @@ def empty_like(x: np.ndarray, dtype) -> np.ndarray:
 STREAM_BYTES = 1 << 25
 #: ... and on an AMD core, float32 outputs of the row kernels from half that
 #: (16 MiB). There an input as big as the output fills the 32 MiB L3 with
-#: it: written by ordinary stores, each output line was read first, and the
-#: output pushed the input out of L3 before the next call. In-process A/B
+#: it: written by ordinary stores, each output line is read first, and (the
+#: likely reason; no cache counters here) the output pushes the input out
+#: of L3 before the next call. In-process A/B
 #: against 32 MiB (AMD EPYC, LLVM znver4, 2 threads, same bits; ``python
 #: benchmarks/ab_inprocess.py --old <tree> --numpy-out --rounds 15``,
 #: ranges over 2-4 runs), ``out=`` / allocating: 32768x128 forward
