@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 # 2 workers for the 2-core machine; override with `make test PYTEST_ARGS=...`
-PYTEST_ARGS ?= -n 2
+PYTEST_ARGS ?= -n 2 --dist worksteal
 
 .PHONY: demo drop-in test test-slow test-all bench bench-all gpu-check clean clean-kernels
 

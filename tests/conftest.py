@@ -307,3 +307,13 @@ def backend(request) -> Iterator[str]:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20261130)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The ``heavy`` tests first (a stable sort: the rest keep their order).
+    ``make test`` runs two workers that steal work from each other
+    (``--dist worksteal``), so a long test started first overlaps the rest
+    of the suite; started last, it ran alone while the other worker idled
+    (the longest, ``test_public_problems_200_pass``, takes ~3 minutes of
+    first compiles on a fresh clone)."""
+    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)

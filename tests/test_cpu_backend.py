@@ -195,6 +195,7 @@ def test_logsumexp_special_rows():
 # ---------------------------------------------------------------------------
 # mixed result dtypes: compute at the input precision, round once
 # ---------------------------------------------------------------------------
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     "src,dst", [(F32, BF16), (BF16, F32), (F64, F16)]
 )

@@ -370,6 +370,7 @@ def _run(capsys, *argv):
     return rc, out.out, out.err
 
 
+@pytest.mark.heavy
 def test_pass_line_and_exit_zero(capsys):
     rc, out, _ = _run(capsys, "--mode=C", "--alg=LOGSOFTMAX", "--sdt=f32,bf16",
                       "--ddt=f32,bf16", "--dir=FWD_D,BWD_D", "37x129",
@@ -469,6 +470,7 @@ def test_main_job_problem_lists():
     assert len(quick) == 24 and max(p.nelems for p in quick) <= 2_100_000
 
 
+@pytest.mark.heavy
 def test_main_job_quick_subset_runs_and_prints_a_table(capsys):
     rc, out, _ = _run(capsys, "--quick", "--match=quick-attn", "--fix-times-per-prb=1")
     assert rc == 0, out
@@ -513,6 +515,7 @@ def _run_problem_file(capsys, tmp_path, problems, *extra):
     return rc, out, failures
 
 
+@pytest.mark.heavy
 def test_public_problems_200_pass(capsys, tmp_path):
     sample = _sample_200(_public())
     blocked = sum(p["layout_class"] == "blocked" for p in sample)

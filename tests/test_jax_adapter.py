@@ -60,6 +60,7 @@ CASES = [
 ]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
 def test_ffi_bits_equal_front_door(dtype):
     with x64():
