@@ -63,6 +63,7 @@ __all__ = [
     "prefetch_l2",
     "prefetch_ahead",
     "on_amd",
+    "is_amd_cpu",
     "splat",
     "vfma",
     "vmax",
@@ -812,10 +813,15 @@ def _ahead_locality(context, dtype):
     return 2
 
 
+def is_amd_cpu(name):
+    """Whether the LLVM CPU name ``name`` is an AMD core's (the one test of
+    :func:`on_amd` in the kernels and of ``alloc.stream_bytes`` outside)."""
+    return name.startswith(("znver", "bdver", "btver", "amdfam"))
+
+
 def _is_amd(context):
     """Whether numba compiles for an AMD core (its target CPU name)."""
-    cpu = context.codegen().magic_tuple()[1]
-    return cpu.startswith(("znver", "bdver", "btver", "amdfam"))
+    return is_amd_cpu(context.codegen().magic_tuple()[1])
 
 
 #: :func:`prefetch` of the next chunk while the kernels compute on this one

@@ -218,12 +218,13 @@ STREAM_BYTES_F32_AMD = 1 << 24
 def _compiles_for_amd() -> bool:
     """Whether numba compiles for an AMD core: the CPU name of its target
     (``NUMBA_CPU_NAME``, else the host's), as :func:`._vec.on_amd` reads it
-    inside the kernels."""
-    from numba.core import config
+    inside the kernels (imported here, when a big output first asks)."""
     import llvmlite.binding as ll
+    from numba.core import config
 
-    name = config.CPU_NAME or ll.get_host_cpu_name()
-    return name.startswith(("znver", "bdver", "btver", "amdfam"))
+    from ._vec import is_amd_cpu
+
+    return is_amd_cpu(config.CPU_NAME or ll.get_host_cpu_name())
 
 
 @functools.cache
