@@ -10,7 +10,7 @@ same bytes:
   the per-column max);
 * ``+ sums row-major`` / ``+ sums lane-major``: then the tile's sums by
   either loop (``_tile_sums_row_major``, ``_tile_sums_lane_major``);
-* ``whole forward``: ``columns.forward_parallel`` (the write pass is the
+* ``whole forward``: ``columns.forward_tiles`` in parallel (the write pass is the
   difference from the sums the kernel takes).
 
 The measurements behind the lane-major sums of staged accurate tiles
@@ -56,7 +56,7 @@ from numba import njit, prange
 import logsoftmax
 from logsoftmax.backends import Op
 from logsoftmax.backends.cpu import columns as C
-from logsoftmax.backends.cpu import segment
+from logsoftmax.backends.cpu import native, segment
 from logsoftmax.backends.cpu.layout import layout
 from logsoftmax.backends.cpu._vec import prefetch_l2, sfence, splat, vstore_nt
 from logsoftmax.backends.cpu.segment import LANES32, LANES64, W
@@ -188,12 +188,13 @@ def main(argv=None) -> None:
         raise SystemExit(f"{args.shape} axis 0 is not a staged problem (columns.staged_rows)")
     J = int(C.tile_width_for(n, ni, False, threads, staged=True))  # as the library (stages)
     accurate = np.bool_(n <= segment.SHORT)
+    whole = native.Kernel(C, "forward_tiles", native.over_tiles)
     fns = {
         "copy of the same bytes": lambda: _copy(xb, ob, threads),
         "stage + max": lambda: _passes_parallel(xb, ob, lay.g, accurate, J, threads, 0),
         "+ sums row-major": lambda: _passes_parallel(xb, ob, lay.g, accurate, J, threads, 1),
         "+ sums lane-major": lambda: _passes_parallel(xb, ob, lay.g, accurate, J, threads, 2),
-        "whole forward": lambda: C.forward_parallel(xb, ob, lay.g, int(Op.LOG_SOFTMAX), accurate, J, threads),
+        "whole forward": lambda: whole(threads, xb, ob, lay.g, int(Op.LOG_SOFTMAX), accurate, J),
     }
     bounds = ("read bound", "sums arithmetic", "write bound")
     if args.bounds:

@@ -31,7 +31,7 @@ import numpy as np
 
 import logsoftmax
 from logsoftmax.backends import Op
-from logsoftmax.backends.cpu import columns, segment
+from logsoftmax.backends.cpu import columns, native, segment
 from logsoftmax.backends.cpu.layout import layout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -76,10 +76,10 @@ def main(argv=None) -> None:
     accurate = np.bool_(dtype == np.float32
                         and n <= (segment.SHORT_BACKWARD if bwd else segment.SHORT))
 
+    tiles = native.Kernel(columns, "backward_tiles" if bwd else "forward_tiles", native.over_tiles)
+
     def call(J):
-        if bwd:
-            return lambda: columns.backward_parallel(*flat, lay.g, int(Op.LOG_SOFTMAX), accurate, J, threads)
-        return lambda: columns.forward_parallel(*flat, lay.g, int(Op.LOG_SOFTMAX), accurate, J, threads)
+        return lambda: tiles(threads, *flat, lay.g, int(Op.LOG_SOFTMAX), accurate, J)
 
     fns = {J: call(J) for J in widths}
     ref = None

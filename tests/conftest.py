@@ -304,6 +304,37 @@ def backend(request) -> Iterator[str]:
         yield name
 
 
+def count_kernel_calls(monkeypatch, called: list, kernels) -> None:
+    """Record in ``called`` each call of the cpu kernels ``kernels``
+    (``(module, name)`` pairs), by name, and ``"<name> in parallel"`` for each parallel run of any
+    kernel (:class:`logsoftmax.backends.cpu.native.Parallel`, which calls
+    the kernel's compiled code, not the module attribute). The wrappers
+    stand for the kernels otherwise, so a parallel run can still compile
+    them (``compile``, ``overloads``)."""
+    from logsoftmax.backends.cpu import native
+
+    class Counted:
+        def __init__(self, kernel, name):
+            self._kernel, self._name = kernel, name
+
+        def __call__(self, *args):
+            called.append(self._name)
+            return self._kernel(*args)
+
+        def __getattr__(self, attr):
+            return getattr(self._kernel, attr)
+
+    for module, name in kernels:
+        monkeypatch.setattr(module, name, Counted(getattr(module, name), name))
+    parallel = native.Parallel.__call__
+
+    def counted_parallel(self, *args):
+        called.append(self.name + " in parallel")
+        return parallel(self, *args)
+
+    monkeypatch.setattr(native.Parallel, "__call__", counted_parallel)
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20261130)

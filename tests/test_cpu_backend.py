@@ -480,7 +480,7 @@ def test_column_tile_width_changes_no_bit(dtype, n):
     dd = rng.standard_normal(x.shape).astype(dtype)
     accurate = np.bool_(dt == F32 and n <= 1024)
     flat = lambda a: a.reshape(-1).view(np.uint16) if dt.itemsize == 2 else a.reshape(-1)  # noqa: E731
-    for name, op in (("log_softmax", Op.LOG_SOFTMAX), ("softmax", Op.SOFTMAX)):
+    for name, op in (("log_softmax", int(Op.LOG_SOFTMAX)), ("softmax", int(Op.SOFTMAX))):
         y = _fwd(name, x, 0)
         g = getattr(CPU, name + "_backward")(dd, y, 0, None, dt)
         # 800: FAST16_WIDTH; 4112: one tile spans every column
@@ -554,7 +554,7 @@ def test_write_piped_tiles_give_the_bits_of_rows(dtype, n):
     rows = np.ascontiguousarray(np.moveaxis(x, 1, 2))
     raw = np.int16 if dt == F16 else np.uint16  # the backend's views of 16-bit data
     flat = lambda a: a.reshape(-1).view(raw)  # noqa: E731
-    for name, op in (("log_softmax", Op.LOG_SOFTMAX), ("softmax", Op.SOFTMAX)):
+    for name, op in (("log_softmax", int(Op.LOG_SOFTMAX)), ("softmax", int(Op.SOFTMAX))):
         want = np.moveaxis(_fwd(name, rows, 2), 2, 1)
         # (widths are multiples of W, tiles need not be)
         widths = [J for J in (64, 80, 208) if n * J * dt.itemsize <= columns.WRITE_PIPED_BYTES]
@@ -600,7 +600,7 @@ def test_staged_column_tiles_give_the_same_bits():
     x[:40, 13] = -np.inf
     padded = np.empty((n, ni + 16), F32)[:, :ni]
     padded[...] = x
-    for name, op in (("log_softmax", Op.LOG_SOFTMAX), ("softmax", Op.SOFTMAX)):
+    for name, op in (("log_softmax", int(Op.LOG_SOFTMAX)), ("softmax", int(Op.SOFTMAX))):
         rows = _fwd(name, np.ascontiguousarray(x.T), 1).T
         y = _fwd(name, x, 0)
         assert np.array_equal(bits(y), bits(rows)), name
@@ -1700,30 +1700,49 @@ def test_serial_and_parallel_kernels_bit_identical(monkeypatch, dtype, shape, ax
         assert np.array_equal(bits(a), bits(b)), i
 
 
+def test_parallel_runs_follow_their_arguments_types():
+    """A parallel run calls the serial kernel's code by address
+    (:mod:`.native`), which is only good for the types it was compiled
+    for: a driver given another signature's tag runs nothing, and a
+    :class:`~.native.Parallel` whose arguments change dtype resolves the
+    kernel for the new ones. Each run gives the serial call's bits."""
+    from logsoftmax.backends.cpu import native, rows
+    from logsoftmax.backends.cpu.layout import layout
+
+    par = native.Parallel(rows, "forward_short", native.over_rows)
+    rng = np.random.default_rng(23)
+    for dt in (F32, BF16, F32):
+        x = (rng.standard_normal((64, 100)) * 3).astype(dt)
+        serial, parallel = np.empty_like(x), np.full_like(x, 7)
+        lay = layout(x.shape, [x.strides, x.strides], [x.itemsize] * 2, 1)
+        flat = [a.reshape(-1).view(np.uint16) if dt == BF16 else a.reshape(-1) for a in (x, serial, parallel)]
+        accurate = np.bool_(dt == F32)
+        rows.forward_short(flat[0], flat[1], lay.g, 0, accurate, 0, 64)
+        if dt == BF16:  # the float32 code's tag: refused, nothing written
+            assert not native.over_rows(*par.entry, 2, flat[0], flat[2], lay.g, 0, accurate)
+            assert np.all(parallel == 7)
+        par(2, flat[0], flat[2], lay.g, 0, accurate)
+        assert np.array_equal(bits(parallel), bits(serial)), dt
+
+
 def test_small_problems_choose_serial_kernels(monkeypatch):
+    from conftest import count_kernel_calls
+
     from logsoftmax.backends.cpu import columns, fewrows, rows
 
     called = []
-    for mod, name in (
-        (rows, "forward_short"),
-        (rows, "forward_short_parallel"),
-        (columns, "forward_tiles"),
-        (columns, "forward_parallel"),
-        (fewrows, "forward_few"),
-        (fewrows, "forward_few_parallel"),
-    ):
-        fn = getattr(mod, name)
-        spy = lambda *a, _n=name, _f=fn: called.append(_n) or _f(*a)  # noqa: E731
-        monkeypatch.setattr(mod, name, spy)
+    count_kernel_calls(monkeypatch, called, [(rows, "forward_short"), (columns, "forward_tiles"),
+                                             (fewrows, "forward_few")])
     x = np.random.default_rng(0).standard_normal((64, 10)).astype(np.float32)
     _fwd("log_softmax", x, 1)
     _fwd("log_softmax", x, 0)  # 64 rows of 10 columns: the few-row kernel
     _fwd("log_softmax", x.repeat(8, 1), 0)  # of 80: the tiles
     big = np.zeros((256, 1024), np.float32)
-    _fwd("log_softmax", big, 1)
+    want = _fwd("log_softmax", big, 1)
     expected = ["forward_short", "forward_few", "forward_tiles"]
-    expected.append("forward_short_parallel" if numba.get_num_threads() > 1 else "forward_short")
+    expected.append("forward_short in parallel" if numba.get_num_threads() > 1 else "forward_short")
     assert called == expected
+    assert np.array_equal(want, np.full(big.shape, np.float32(-np.log(1024.0))))  # rounded once
 
 
 # ---------------------------------------------------------------------------
@@ -2189,7 +2208,7 @@ def test_strided_out_skips_the_compiled_entry(monkeypatch):
     from logsoftmax.backends.cpu import into
 
     called = []
-    for name in ("forward_short", "backward_short"):
+    for name in ("forward", "backward"):
         real = getattr(into, name)
         monkeypatch.setattr(into, name, lambda *a, _f=real, _n=name: called.append(_n) or _f(*a))
     x = np.random.default_rng(22).standard_normal((3, 29)).astype(F32)  # a fresh plan
@@ -2202,14 +2221,16 @@ def test_strided_out_skips_the_compiled_entry(monkeypatch):
     out = np.empty_like(x)
     assert np.array_equal(bits(logsoftmax.log_softmax(x, out=out)), bits(y))
     assert np.array_equal(bits(logsoftmax.log_softmax_backward(x, y, out=out)), bits(dx))
-    assert called == ["forward_short", "backward_short"]
+    assert called == ["forward", "forward", "backward", "backward"]  # (the first resolves the kernel)
 
 
 def test_into_entries_refuse_unfit_types_without_the_kernel():
     """An ``out`` the compiled check cannot take gets a function that returns
-    False and never types the kernel: no kernel signature with a read-only,
-    non-contiguous or float64 output appears (each would cost the kernel's
-    ~10 s compile), and nothing is written."""
+    ``REFUSED`` and never runs or compiles a kernel: no kernel signature with
+    a read-only, non-contiguous or float64 output appears (each would cost
+    the kernel's ~10 s compile), and nothing is written. A fitting ``out``
+    with a tag that is not its arguments' gets ``UNRESOLVED``, and nothing
+    written either."""
     from numba import types
 
     from logsoftmax.backends.cpu import columns, into, rows
@@ -2219,9 +2240,13 @@ def test_into_entries_refuse_unfit_types_without_the_kernel():
     ro = np.zeros((2, 8), F32)
     ro.setflags(write=False)
     for out in (np.zeros((2, 8), F32)[:, ::-1], np.zeros((2, 8), F64), ro):
-        assert not into.forward_short(x, out, g, 0, True, 0, 2, ())
-        assert not into.backward_tiles(x, x, out, g, 0, True, 16, 0, (-1,))
+        assert into.forward(x, out, g, 0, -1, 0, True, 0, 2, ()) == into.REFUSED
+        assert into.backward(x, x, out, g, 0, -1, 0, True, 16, 0, (-1,)) == into.REFUSED
     assert not np.any(ro)
+    out = np.full((2, 8), 3, F32)
+    assert into.forward(x, out, g, 0, -1, 0, True, 0, 2, ()) == into.UNRESOLVED
+    assert into.backward(x, x, out, g, 0, -1, 0, True, 16, 0, (-1,)) == into.UNRESOLVED
+    assert np.all(out == 3)
     for kernel, out_arg in ((rows.forward_short, 1), (columns.backward_tiles, 2)):
         for sig in kernel.signatures:
             ob = sig[out_arg]

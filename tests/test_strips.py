@@ -49,7 +49,7 @@ def test_strips_give_the_row_kernels_bits(n, ni):
     but for a NaN; the strips take the tiles')."""
     rng = np.random.default_rng(n * 1000 + ni)
     x = _special((rng.standard_normal((3, n, ni)) * 4).astype(F32))
-    for name, op in (("log_softmax", Op.LOG_SOFTMAX), ("softmax", Op.SOFTMAX)):
+    for name, op in (("log_softmax", int(Op.LOG_SOFTMAX)), ("softmax", int(Op.SOFTMAX))):
         tiles = np.empty_like(x)
         g = layout(x.shape, [x.strides, x.strides], [4, 4], 1).g
         columns.forward_tiles(x.reshape(-1), tiles.reshape(-1), g, op, np.bool_(True), 1024, 0, -1)
@@ -155,7 +155,7 @@ def test_backward_strips_give_the_tiles_bits(n, ni):
 
     x, d = column_grad_inputs(n * 7 + ni, (3, n, ni))
     accurate = np.bool_(n <= segment.SHORT_BACKWARD)
-    for name, op in (("log_softmax", Op.LOG_SOFTMAX), ("softmax", Op.SOFTMAX)):
+    for name, op in (("log_softmax", int(Op.LOG_SOFTMAX)), ("softmax", int(Op.SOFTMAX))):
         y = getattr(CPU, name)(x, 1, None, np.dtype(F32))
         y[0, :, 4] = -np.inf if name == "log_softmax" else 0.0
         tiles = np.empty_like(x)
@@ -190,7 +190,7 @@ def test_the_backward_front_door_takes_strips(monkeypatch):
     CPU.log_softmax_backward(big, big, 1, None, np.dtype(F32))
     acc = np.empty(2 * strips.SCRATCH)
     g = layout(big.shape, [big.strides] * 3, [4, 4, 4], 1).g
-    strips.backward_strips(*(big.reshape(-1),) * 3, g, Op.LOG_SOFTMAX, np.bool_(False), 0, 0, 0, False, acc)
+    strips.backward_strips(*(big.reshape(-1),) * 3, g, int(Op.LOG_SOFTMAX), np.bool_(False), 0, 0, 0, False, acc)
     calls = []
     par, ser = strips.backward_strips_parallel, strips.backward_strips
     monkeypatch.setattr(strips, "backward_strips_parallel", lambda *a: (calls.append("p"), par(*a))[1])

@@ -167,6 +167,13 @@ def _few():
     return fewrows
 
 
+def _native():
+    """The parallel drivers (:mod:`.native`), deferred as :func:`_k`'s."""
+    from . import native
+
+    return native
+
+
 def _threads() -> int:
     import numba
 
@@ -248,7 +255,7 @@ def _small_call(run, mod, name, size, shape, in_dt, dtype, g, args, shift=0):
     (:mod:`.into`); None past that size (the general path then runs)."""
     sx = None if storage_dtype(in_dt) == in_dt else storage_dtype(in_dt)
     so = None if storage_dtype(dtype) == dtype else storage_dtype(dtype)
-    entry, tail = _entry(name, args)
+    entry, code, state = _entry(mod, name, args, "forward")
 
     def small(x, out):
         if size >= SERIAL_MAX or (shift and size >= SERIAL_MAX >> shift):
@@ -262,12 +269,15 @@ def _small_call(run, mod, name, size, shape, in_dt, dtype, g, args, shift=0):
 
     def into(x, out):  # size and strides: checked by forward_into
         if sx is None:
-            done = entry(x, out, g, *tail)
+            xs, os = x, out
         elif out.dtype is not dtype:  # the storage view would hide it
             return None
         else:
-            done = entry(x.view(sx), out.view(so), g, *tail)
-        return out if done else None
+            xs, os = x.view(sx), out.view(so)
+        done = entry(xs, os, g, *state[0])
+        if done < 0:  # UNRESOLVED: the plan's first entry looks up the kernel
+            done = entry(xs, os, g, *_resolve(code, state, (xs, os), g, args))
+        return out if done > 0 else None  # DONE
 
     small.into = _below(into, size, shift)
     return small
@@ -289,7 +299,7 @@ def _small_call2(run, mod, name, size, shape, in_dt, dtype, g, args, shift=0):
     """:func:`_small_call` for the backward (two inputs)."""
     sx = None if storage_dtype(in_dt) == in_dt else storage_dtype(in_dt)
     so = None if storage_dtype(dtype) == dtype else storage_dtype(dtype)
-    entry, tail = _entry(name, args)
+    entry, code, state = _entry(mod, name, args, "backward")
 
     def small(d, y, out):
         if size >= SERIAL_MAX or (shift and size >= SERIAL_MAX >> shift):
@@ -303,12 +313,15 @@ def _small_call2(run, mod, name, size, shape, in_dt, dtype, g, args, shift=0):
 
     def into(d, y, out):
         if sx is None:
-            done = entry(d, y, out, g, *tail)
+            ds, ys, os = d, y, out
         elif out.dtype is not dtype or y.dtype is not in_dt:
             return None
         else:
-            done = entry(d.view(sx), y.view(sx), out.view(so), g, *tail)
-        return out if done else None
+            ds, ys, os = d.view(sx), y.view(sx), out.view(so)
+        done = entry(ds, ys, os, g, *state[0])
+        if done < 0:
+            done = entry(ds, ys, os, g, *_resolve(code, state, (ds, ys, os), g, args))
+        return out if done > 0 else None
 
     small.into = _below(into, size, shift)
     return small
@@ -321,13 +334,31 @@ def _with_into(run):
     return run
 
 
-def _entry(name, args):
-    """The :mod:`.into` entry of kernel ``name`` and its trailing arguments
-    (the kernel's last one as a 1-tuple for the tile kernels, see there)."""
-    from . import into
+def _entry(mod, name, args, direction):
+    """The :mod:`.into` entry of ``direction``, the kernel ``mod.name`` it
+    runs (:class:`.native.Compiled`) and the entry's trailing arguments in a
+    1-list (the kernel's address and tag, then ``args``, the kernel's last
+    one as a 1-tuple for the tile kernels: see there), which
+    :func:`_resolve` fills in on the plan's first entry."""
+    from . import into, native
 
-    tail = (*args, ()) if len(args) == 4 else (*args[:4], args[4:])
-    return getattr(into, name), tail
+    code = native.Compiled(mod, name)
+    return getattr(into, direction), code, [(*code.entry, *_tail(args))]
+
+
+def _tail(args):
+    """An entry's arguments after the address and tag: the kernel's, the
+    last as a 1-tuple for the tile kernels, () for the row kernels."""
+    return (*args, ()) if len(args) == 4 else (*args[:4], args[4:])
+
+
+def _resolve(code, state, arrays, g, args):
+    """``state``'s trailing arguments with the address of ``code`` for the
+    flat views of ``arrays`` (the kernel's arguments, as the entry builds
+    them); stored for the plan's next calls."""
+    flat = [a.reshape(a.size) for a in arrays]
+    state[0] = (*code.resolve((*flat, g, *args)), *_tail(args))
+    return state[0]
 
 
 class CpuBackend(Backend):
@@ -427,14 +458,15 @@ class CpuBackend(Backend):
             stripsp = strips.takes_strips(lay.g, x.itemsize, dtype.itemsize, accurate)
             fewp = few.takes_few_rows(lay.g, stripsp)
 
+        native = _native()
         if fewp:
+            par = native.Parallel(few, "forward_few", native.over_tiles)
 
             def kernel(xb, ob, g):
                 if _serial(size, FEW_SHIFT):
                     few.forward_few(xb, ob, g, op, accurate, J, 0, -1)
                 else:
-                    nt = min(tiles, _threads())
-                    few.forward_few_parallel(xb, ob, g, op, accurate, J, nt)
+                    par(min(tiles, _threads()), xb, ob, g, op, accurate, J)
 
         elif lay.inner and stripsp:
 
@@ -446,13 +478,13 @@ class CpuBackend(Backend):
                     strips.forward_strips_parallel(xb, ob, g, op, _threads())
 
         elif lay.inner:
+            par = native.Parallel(columns, "forward_tiles", native.over_tiles)
 
             def kernel(xb, ob, g):
                 if _serial(size):
                     columns.forward_tiles(xb, ob, g, op, accurate, J, 0, -1)
                 else:
-                    nt = min(tiles, _threads())
-                    columns.forward_parallel(xb, ob, g, op, accurate, J, nt)
+                    par(min(tiles, _threads()), xb, ob, g, op, accurate, J)
 
         else:
             nrows = n1 * n2
@@ -460,6 +492,7 @@ class CpuBackend(Backend):
             splittable = lay.unit_rows and n > 2 * segment.CHUNK
             nch = -(-n // segment.CHUNK)
             shift = FEW_SHIFT if accurate else 0
+            par = native.Parallel(rows, "forward_short" if short else "forward_range", native.over_rows)
 
             def kernel(xb, ob, g):
                 if _serial(size, shift):
@@ -473,8 +506,7 @@ class CpuBackend(Backend):
                     split.merge_rows(pm, ps, m, lg, inv)
                     split.forward_apply(xb, ob, g, op, accurate, nch, m, lg, inv)
                 else:
-                    f = rows.forward_short_parallel if short else rows.forward_parallel
-                    f(xb, ob, g, op, accurate, min(nrows, _threads()))
+                    par(min(nrows, _threads()), xb, ob, g, op, accurate)
 
         run = _runner(lay, kernel, dtype)
         if lay.loops or not all(lay.contiguous):
@@ -559,14 +591,15 @@ class CpuBackend(Backend):
             tiles = n1 * n2 * -(-ni // J)
             fewp = few.takes_backward_few_rows(lay.g)
 
+        native = _native()
         if fewp:
+            par = native.Parallel(few, "backward_few", native.over_tiles)
 
             def kernel(db, yb, ob, g):
                 if _serial(size, FEW_SHIFT):
                     few.backward_few(db, yb, ob, g, op, accurate, J, 0, -1)
                 else:
-                    nt = min(tiles, _threads())
-                    few.backward_few_parallel(db, yb, ob, g, op, accurate, J, nt)
+                    par(min(tiles, _threads()), db, yb, ob, g, op, accurate, J)
 
         elif lay.inner and strips.takes_backward_strips(lay.g, diff_dst.itemsize, dst.itemsize, dtype.itemsize):
 
@@ -579,13 +612,13 @@ class CpuBackend(Backend):
                     strips.backward_strips_parallel(db, yb, ob, g, op, accurate, _threads())
 
         elif lay.inner:
+            par = native.Parallel(columns, "backward_tiles", native.over_tiles)
 
             def kernel(db, yb, ob, g):
                 if _serial(size):
                     columns.backward_tiles(db, yb, ob, g, op, accurate, J, 0, -1)
                 else:
-                    nt = min(tiles, _threads())
-                    columns.backward_parallel(db, yb, ob, g, op, accurate, J, nt)
+                    par(min(tiles, _threads()), db, yb, ob, g, op, accurate, J)
 
         else:
             nrows = n1 * n2
@@ -593,6 +626,7 @@ class CpuBackend(Backend):
             splittable = lay.unit_rows and n > 2 * segment.CHUNK
             nch = -(-n // segment.CHUNK)
             shift = FEW_SHIFT if accurate else 0
+            par = native.Parallel(rows, "backward_short" if short else "backward_range", native.over_rows)
 
             def kernel(db, yb, ob, g):
                 if _serial(size, shift):
@@ -609,8 +643,7 @@ class CpuBackend(Backend):
                         s[r] = acc
                     split.backward_apply(db, yb, ob, g, op, accurate, nch, s)
                 else:
-                    f = rows.backward_short_parallel if short else rows.backward_parallel
-                    f(db, yb, ob, g, op, accurate, min(nrows, _threads()))
+                    par(min(nrows, _threads()), db, yb, ob, g, op, accurate)
 
         run = _runner(lay, kernel, dtype)
         if lay.loops or not all(lay.contiguous):

@@ -72,9 +72,7 @@ __all__ = [
     "FAST16_WIDTH",
     "rows_on_lines",
     "forward_tiles",
-    "forward_parallel",
     "backward_tiles",
-    "backward_parallel",
     "logsumexp_tiles",
     "logsumexp_parallel",
 ]
@@ -1127,14 +1125,6 @@ def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la,
             j += W
 
 
-@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
-def forward_parallel(xb, ob, g, op, accurate, J, ntask):
-    """:func:`forward_tiles` over every tile, ``ntask`` ranges in parallel."""
-    tiles = g[0] * g[1] * tiles_per_outer(g[3], J, line_shift(ob, g, 1, J))
-    for t in prange(ntask):
-        forward_tiles(xb, ob, g, op, accurate, J, t * tiles // ntask, (t + 1) * tiles // ntask)
-
-
 @njit(cache=True, nogil=True, error_model="numpy")
 def _tile_grad_sum(db, pd, dsn, yb, py, ysn, cl, jn, op, acc64, sc, J):
     """Per-column chunk sums of ``diff_dst`` (or ``diff_dst * dst``) over
@@ -1280,14 +1270,6 @@ def backward_tiles(db, yb, ob, g, op, accurate, J, t0, t1):
                 _stage_out(ost, ob, obase, osn, osi, c0, cl, jn, J)
     if stream:
         sfence()
-
-
-@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
-def backward_parallel(db, yb, ob, g, op, accurate, J, ntask):
-    """:func:`backward_tiles` over every tile, ``ntask`` ranges in parallel."""
-    tiles = g[0] * g[1] * tiles_per_outer(g[3], J, line_shift(ob, g, 2, J))
-    for t in prange(ntask):
-        backward_tiles(db, yb, ob, g, op, accurate, J, t * tiles // ntask, (t + 1) * tiles // ntask)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")

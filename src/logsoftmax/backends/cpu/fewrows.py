@@ -77,7 +77,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .. import Op
 from ._math import exp_f32_sum, exp_f64, log_f64
@@ -120,9 +120,7 @@ __all__ = [
     "takes_few_rows",
     "takes_backward_few_rows",
     "forward_few",
-    "forward_few_parallel",
     "backward_few",
-    "backward_few_parallel",
 ]
 
 #: the longest columns the forward takes here before the strips (:mod:`.strips`)
@@ -312,14 +310,6 @@ def forward_few(xb, ob, g, op, accurate, J, t0, t1):
         sfence()
 
 
-@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
-def forward_few_parallel(xb, ob, g, op, accurate, J, ntask):
-    """:func:`forward_few` over every tile, ``ntask`` ranges in parallel."""
-    tiles = g[0] * g[1] * tiles_per_outer(g[3], J, line_shift(ob, g, 1, J))
-    for t in prange(ntask):
-        forward_few(xb, ob, g, op, accurate, J, t * tiles // ntask, (t + 1) * tiles // ntask)
-
-
 @njit(cache=True, nogil=True, error_model="numpy")
 def backward_few(db, yb, ob, g, op, accurate, J, t0, t1):
     """Backward on tiles ``[t0, t1)``, as :func:`.columns.backward_tiles`;
@@ -443,11 +433,3 @@ def _backward_kernel(many):
 
 _backward_many = _backward_kernel(True)
 _backward_few_rows = _backward_kernel(False)
-
-
-@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
-def backward_few_parallel(db, yb, ob, g, op, accurate, J, ntask):
-    """:func:`backward_few` over every tile, ``ntask`` ranges in parallel."""
-    tiles = g[0] * g[1] * tiles_per_outer(g[3], J, line_shift(ob, g, 2, J))
-    for t in prange(ntask):
-        backward_few(db, yb, ob, g, op, accurate, J, t * tiles // ntask, (t + 1) * tiles // ntask)

@@ -12,17 +12,16 @@ type. So each entry here takes the arrays whole and decides:
 
 * at compile time (:func:`_fit`): an ``out`` of another dtype or rank, not
   C-contiguous, or read-only (and inputs not C-contiguous) get a function
-  that returns False and touches nothing (it compiles in ~0.1 s: the
-  kernel is not typed for them);
+  that returns :data:`REFUSED` and touches nothing (it compiles in ~0.1 s);
 * at run time: the shapes, and ``out``'s addresses against each input's
   (exactly the input, in place, or apart from it);
-* then the kernel on flat views of the same memory, and True.
+* then the kernel on flat views of the same memory, and :data:`DONE`.
 
-False sends the caller to the general path, which checks ``out`` in Python
-and raises the errors API.md names; nothing was written. The entries bear
-the serial kernels' names and take their arguments, with whole arrays in
-place of the flat buffers and the last argument in a tuple (``c``), and run
-the same kernel: the same bits as any other call.
+:data:`REFUSED` sends the caller to the general path, which checks
+``out`` in Python and raises the errors API.md names; nothing was
+written. The entries take the kernel's arguments, with whole arrays in
+place of the flat buffers and the last argument in a tuple (``c``), and
+run the same kernel: the same bits as any other call.
 
 Only C-contiguous native storage reaches them (the plan decides, and
 :meth:`.CpuBackend.forward_into` sends an ``out`` whose strides differ from
@@ -33,10 +32,16 @@ integer storage views, made by the caller after it checked ``out``'s dtype
 Measured (``python benchmarks/fixed_cost.py``, 8 float32 elements): the
 entry with its checks 0.79 us, the kernel's plain small call 0.78; the
 ``out=`` call 1.44 us against the allocating one's 1.57 (it was 1.62
-against 1.58). The price is compile time: an entry links its kernel, so
-its first call on a cold cache compiles for ~4 s more (``python
-benchmarks/compile_time.py --only out=``: 17.4 s against 13.0 for a first
-``out=`` call of 64x100 float32; from the disk cache 0.43 s, as before).
+against 1.58).
+
+The entries call the kernel by its address (:mod:`.native`), passed in
+with its signature's tag: an entry linked its kernel at first, which made
+numba compile the kernel again inside each entry, once per rank and
+dtype (~9 s each on a cold cache, ~100 s of a cold ``make test``'s
+compiling). Two entries serve all the kernels, one per direction, and a
+tag that does not match the arguments' types returns :data:`UNRESOLVED`
+(nothing written): the caller compiles or looks up the kernel for them
+(:class:`.native.Compiled`) and calls again.
 """
 
 from __future__ import annotations
@@ -44,18 +49,16 @@ from __future__ import annotations
 from numba import njit, types
 from numba.extending import overload
 
-from . import columns, fewrows, rows
+from .native import call_native, tag_of
 
-__all__ = [
-    "forward_short",
-    "forward_range",
-    "forward_tiles",
-    "forward_few",
-    "backward_short",
-    "backward_range",
-    "backward_tiles",
-    "backward_few",
-]
+__all__ = ["forward", "backward", "REFUSED", "DONE", "UNRESOLVED"]
+
+#: what an entry returns: ``out`` does not fit (nothing written; the general
+#: path checks it and raises API.md's errors), the kernel ran, or ``tag`` is
+#: not the tag of the kernel's arguments' types (nothing written). The
+#: caller tests the signs (``> 0``: done; a comparison with a literal is the
+#: cheapest test of an 8-element call's ~2 us)
+REFUSED, DONE, UNRESOLVED = 0, 1, -1
 
 
 def _fit(inputs, out) -> bool:
@@ -77,111 +80,64 @@ def _same_or_apart(a, out):
     return pa == po or pa + a.nbytes <= po or po + out.nbytes <= pa
 
 
-def _entry1(kernel):
-    """A function ``(x, out, g, *tail)`` whose numba overload runs ``kernel``
-    on flat views where ``out`` fits ``x``, else returns False."""
-
-    def entry(x, out, g, op, accurate, a, b, c):
-        raise NotImplementedError("called from jitted code only")
-
-    @overload(entry, jit_options={"error_model": "numpy"})
-    def typed(x, out, g, op, accurate, a, b, c):
-        if not _fit((x,), out):
-            return lambda x, out, g, op, accurate, a, b, c: False
-
-        def run(x, out, g, op, accurate, a, b, c):
-            if x.shape != out.shape or not _same_or_apart(x, out):
-                return False
-            kernel(x.reshape(x.size), out.reshape(out.size), g, op, accurate, a, b, *c)
-            return True
-
-        return run
-
-    return entry
+@njit(inline="always")
+def _run(addr, tag, args):
+    """The kernel at ``addr`` on ``args`` if ``tag`` is theirs."""
+    if tag != tag_of(args):
+        return UNRESOLVED
+    call_native(addr, args)
+    return DONE
 
 
-def _entry2(kernel):
-    """:func:`_entry1` for the backward: ``(diff_dst, dst, out, g, *tail)``;
-    ``out`` may be exactly either input."""
+def _forward(x, out, g, addr, tag, op, accurate, a, b, c):
+    raise NotImplementedError("called from jitted code only")
 
-    def entry(d, y, out, g, op, accurate, a, b, c):
-        raise NotImplementedError("called from jitted code only")
 
-    @overload(entry, jit_options={"error_model": "numpy"})
-    def typed(d, y, out, g, op, accurate, a, b, c):
-        if not _fit((d, y), out):
-            return lambda d, y, out, g, op, accurate, a, b, c: False
+@overload(_forward, jit_options={"error_model": "numpy"})
+def _forward_typed(x, out, g, addr, tag, op, accurate, a, b, c):
+    if not _fit((x,), out):
+        return lambda x, out, g, addr, tag, op, accurate, a, b, c: REFUSED
 
-        def run(d, y, out, g, op, accurate, a, b, c):
-            if d.shape != out.shape or y.shape != out.shape:
-                return False
-            if not (_same_or_apart(d, out) and _same_or_apart(y, out)):
-                return False
-            n = out.size
-            kernel(d.reshape(n), y.reshape(n), out.reshape(n), g, op, accurate, a, b, *c)
-            return True
+    def run(x, out, g, addr, tag, op, accurate, a, b, c):
+        if x.shape != out.shape or not _same_or_apart(x, out):
+            return REFUSED
+        return _run(addr, tag, (x.reshape(x.size), out.reshape(out.size), g, op, accurate, a, b) + c)
 
-        return run
+    return run
 
-    return entry
+
+def _backward(d, y, out, g, addr, tag, op, accurate, a, b, c):
+    raise NotImplementedError("called from jitted code only")
+
+
+@overload(_backward, jit_options={"error_model": "numpy"})
+def _backward_typed(d, y, out, g, addr, tag, op, accurate, a, b, c):
+    if not _fit((d, y), out):
+        return lambda d, y, out, g, addr, tag, op, accurate, a, b, c: REFUSED
+
+    def run(d, y, out, g, addr, tag, op, accurate, a, b, c):
+        if d.shape != out.shape or y.shape != out.shape:
+            return REFUSED
+        if not (_same_or_apart(d, out) and _same_or_apart(y, out)):
+            return REFUSED
+        n = out.size
+        return _run(addr, tag, (d.reshape(n), y.reshape(n), out.reshape(n), g, op, accurate, a, b) + c)
+
+    return run
 
 
 # ``c``: the tile kernels' third trailing argument as a 1-tuple, the row
 # kernels' as () (one signature per entry, whatever the kernel's arity)
-_forward_short = _entry1(rows.forward_short)
-_forward_range = _entry1(rows.forward_range)
-_forward_tiles = _entry1(columns.forward_tiles)
-_forward_few = _entry1(fewrows.forward_few)
-_backward_short = _entry2(rows.backward_short)
-_backward_range = _entry2(rows.backward_range)
-_backward_tiles = _entry2(columns.backward_tiles)
-_backward_few = _entry2(fewrows.backward_few)
+@njit(cache=True, nogil=True, error_model="numpy")
+def forward(x, out, g, addr, tag, op, accurate, a, b, c):
+    """The forward kernel at ``addr`` (``kernel(x, out, g, op, accurate, a,
+    b, *c)`` on flat views) on whole ``x`` and ``out``: :data:`DONE`, or
+    :data:`REFUSED` / :data:`UNRESOLVED` with nothing written."""
+    return _forward(x, out, g, addr, tag, op, accurate, a, b, c)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def forward_short(x, out, g, op, accurate, a, b, c):
-    """:func:`.rows.forward_short` on whole ``x`` and ``out``; False (nothing
-    written) where ``out`` does not fit."""
-    return _forward_short(x, out, g, op, accurate, a, b, c)
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def forward_range(x, out, g, op, accurate, a, b, c):
-    """:func:`.rows.forward_range`, as :func:`forward_short`."""
-    return _forward_range(x, out, g, op, accurate, a, b, c)
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def forward_tiles(x, out, g, op, accurate, a, b, c):
-    """:func:`.columns.forward_tiles`, as :func:`forward_short`."""
-    return _forward_tiles(x, out, g, op, accurate, a, b, c)
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def forward_few(x, out, g, op, accurate, a, b, c):
-    """:func:`.fewrows.forward_few`, as :func:`forward_short`."""
-    return _forward_few(x, out, g, op, accurate, a, b, c)
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def backward_short(d, y, out, g, op, accurate, a, b, c):
-    """:func:`.rows.backward_short` on whole arrays, as :func:`forward_short`."""
-    return _backward_short(d, y, out, g, op, accurate, a, b, c)
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def backward_range(d, y, out, g, op, accurate, a, b, c):
-    """:func:`.rows.backward_range`, as :func:`backward_short`."""
-    return _backward_range(d, y, out, g, op, accurate, a, b, c)
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def backward_tiles(d, y, out, g, op, accurate, a, b, c):
-    """:func:`.columns.backward_tiles`, as :func:`backward_short`."""
-    return _backward_tiles(d, y, out, g, op, accurate, a, b, c)
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def backward_few(d, y, out, g, op, accurate, a, b, c):
-    """:func:`.fewrows.backward_few`, as :func:`backward_short`."""
-    return _backward_few(d, y, out, g, op, accurate, a, b, c)
+def backward(d, y, out, g, addr, tag, op, accurate, a, b, c):
+    """:func:`forward` for a backward kernel (``diff_dst``, ``dst``, ``out``;
+    ``out`` may be exactly either input)."""
+    return _backward(d, y, out, g, addr, tag, op, accurate, a, b, c)

@@ -6,11 +6,12 @@ log, pass 2. Rows are addressed through the geometry array ``g`` that
 not 1 are gathered into a per-task staging row first (and scattered back),
 so the arithmetic only ever runs on unit-stride vectors.
 
-Every kernel has a serial form (``*_range``, rows ``[r0, r1)``) that the
-backend calls directly for small problems -- waking numba's thread pool
-costs more than the work there -- and a parallel form (``*_parallel``) that
-splits the rows into ``ntask`` contiguous ranges under ``numba.prange``. Both
-run the same per-row code, so they give the same bits.
+Every kernel takes a range of rows last (``*_range``, ``*_short``: rows
+``[r0, r1)``). The backend calls it directly for small problems -- waking
+numba's thread pool costs more than the work there -- and splits bigger
+ones into ``ntask`` contiguous ranges run under ``numba.prange`` by a
+driver that calls the same compiled code (:func:`.native.over_rows`), so
+both give the same bits. (``logsumexp_parallel`` is that loop of its own.)
 """
 
 from __future__ import annotations
@@ -74,13 +75,9 @@ __all__ = [
     "PIPELINE_MIN",
     "pipelined",
     "forward_range",
-    "forward_parallel",
     "forward_short",
-    "forward_short_parallel",
     "backward_range",
-    "backward_parallel",
     "backward_short",
-    "backward_short_parallel",
     "logsumexp_range",
     "logsumexp_parallel",
     "row_stats",
@@ -403,14 +400,6 @@ def forward_range(xb, ob, g, op, accurate, r0, r1):
         sfence()
 
 
-@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
-def forward_parallel(xb, ob, g, op, accurate, ntask):
-    """:func:`forward_range` over all rows, ``ntask`` row ranges in parallel."""
-    rows = g[0] * g[1]
-    for t in prange(ntask):
-        forward_range(xb, ob, g, op, accurate, t * rows // ntask, (t + 1) * rows // ntask)
-
-
 @njit(cache=True, nogil=True, error_model="numpy")
 def row_grad_sum(ds, ys, n, op):
     """float64 gradient sum of a whole row: chunk sums added in order."""
@@ -582,14 +571,6 @@ def backward_range(db, yb, ob, g, op, accurate, r0, r1):
         s = row_grad_sum(ds, ys, n, op)
         write_backward(ds, ys, os, 0, n, op, accurate, s)
         flush(ob, g, 2, r, n, ost)
-
-
-@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
-def backward_parallel(db, yb, ob, g, op, accurate, ntask):
-    """:func:`backward_range` over all rows, ``ntask`` ranges in parallel."""
-    rows = g[0] * g[1]
-    for t in prange(ntask):
-        backward_range(db, yb, ob, g, op, accurate, t * rows // ntask, (t + 1) * rows // ntask)
 
 
 #: rows per batch of the short-row forward
@@ -1163,19 +1144,3 @@ def logsumexp_parallel(xb, rb, g, ntask):
     rows = g[0] * g[1]
     for t in prange(ntask):
         logsumexp_range(xb, rb, g, t * rows // ntask, (t + 1) * rows // ntask)
-
-
-@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
-def forward_short_parallel(xb, ob, g, op, accurate, ntask):
-    """:func:`forward_short` over all rows, ``ntask`` ranges in parallel."""
-    rows = g[0] * g[1]
-    for t in prange(ntask):
-        forward_short(xb, ob, g, op, accurate, t * rows // ntask, (t + 1) * rows // ntask)
-
-
-@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
-def backward_short_parallel(db, yb, ob, g, op, accurate, ntask):
-    """:func:`backward_short` over all rows, ``ntask`` ranges in parallel."""
-    rows = g[0] * g[1]
-    for t in prange(ntask):
-        backward_short(db, yb, ob, g, op, accurate, t * rows // ntask, (t + 1) * rows // ntask)

@@ -1,0 +1,169 @@
+"""Serial kernels called through their addresses: compiled once, not once more per caller.
+
+Numba links every njit function a kernel calls into the caller's own LLVM
+module, then optimizes and generates the machine code of the whole again.
+A ``prange`` loop over a serial kernel (the row, tile and few-row kernels'
+``*_parallel`` twins) so compiled that kernel a second time for every
+signature, and each :mod:`.into` entry a third: the twin of
+``rows.forward_short`` for float32 took 17.7 s to compile with the serial
+kernel already compiled, a ``prange`` calling its address 0.35 s (one
+process, cold cache; AMD EPYC Zen 4, LLVM znver4). Of the ~1250 s that a
+cold ``make test`` spent compiling (``numba:compile`` events of both
+workers), ~300 went to the twins and ~100 to the entries
+(docs/performance.md).
+
+So the parallel drivers here (:func:`over_rows`, :func:`over_tiles`) and
+the entries call the serial kernel's compiled code by its address
+(:func:`call_native`: the native calling convention numba uses between
+its own functions). The kernel is compiled, or loaded from the disk cache,
+once per signature by its own dispatcher; a driver or an entry is a loop
+and a call, and the same machine code runs, so the bits are the serial
+call's (``test_serial_and_parallel_kernels_bit_identical``).
+
+An address is only good for the argument types it was compiled for. So a
+caller takes the :func:`signature_tag` of those types along with the
+address (:class:`Compiled`), and the compiled side runs nothing where the
+tag of the arguments it was called with differs (:func:`tag_of`, a
+constant of each compiled signature): :class:`Compiled` then compiles or
+looks up the kernel for the new types, and the call is made again. A plan
+keeps its own :class:`Parallel` and entry state, so its calls (one
+signature) resolve once.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+from numba import njit, prange, typeof, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ._simd import I0
+from .columns import line_shift, tiles_per_outer
+
+__all__ = ["Compiled", "Parallel", "call_native", "tag_of", "signature_tag", "over_rows", "over_tiles"]
+
+#: a task's range: two int64 arguments after the kernel's others
+_RANGE = (types.int64, types.int64)
+
+
+def signature_tag(argtypes) -> int:
+    """A stable 32-bit tag of a tuple of numba types (crc32 of its name, as
+    numba names the tuple type): the same in every process, so it can be
+    compiled into a cached caller."""
+    return zlib.crc32(str(types.BaseTuple.from_types(tuple(argtypes))).encode())
+
+
+@intrinsic
+def tag_of(typingctx, args):
+    """:func:`signature_tag` of the types of the tuple ``args``, a constant."""
+    if not isinstance(args, types.BaseTuple):
+        return None
+    tag = signature_tag(args.types)
+
+    def codegen(context, builder, sig, llargs):
+        return context.get_constant(types.int64, tag)
+
+    return types.int64(args), codegen
+
+
+@intrinsic
+def call_native(typingctx, addr, args):
+    """Call the numba-compiled function at ``addr`` (an integer) with the
+    tuple ``args``, whose types must be those it was compiled for; its
+    return value is dropped and an exception it raises goes on, as from a
+    direct call."""
+    if not isinstance(addr, types.Integer) or not isinstance(args, types.BaseTuple):
+        return None
+    argtypes = tuple(args.types)
+
+    def codegen(context, builder, sig, llargs):
+        cc = context.call_conv
+        fnty = cc.get_function_type(types.none, argtypes)
+        fn = builder.inttoptr(llargs[0], fnty.as_pointer())
+        retval = cgutils.alloca_once(builder, fnty.args[0].pointee)
+        builder.store(cgutils.get_null_value(retval.type.pointee), retval)
+        excinfo = cgutils.alloca_once(builder, fnty.args[1].pointee, name="excinfo")
+        values = cgutils.unpack_tuple(builder, llargs[1], len(argtypes))
+        packed = list(cc._get_arg_packer(argtypes).as_arguments(builder, values))
+        code = builder.call(fn, [retval, excinfo, *packed])
+        status = cc._get_return_status(builder, code, builder.load(excinfo))
+        with cgutils.if_unlikely(builder, status.is_error):
+            cc.return_status_propagate(builder, status)
+        return context.get_dummy_value()
+
+    return types.none(addr, args), codegen
+
+
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+def over_rows(addr, tag, ntask, *args):
+    """``kernel(*args, r0, r1)`` (the kernel at ``addr``: a row kernel, whose
+    geometry ``g`` is ``args[-3]``) over all rows, ``ntask`` ranges in
+    parallel; False, having run nothing, where ``tag`` is not that of
+    these arguments."""
+    if tag != tag_of(args + (I0, I0)):
+        return False
+    g = args[-3]
+    rows = g[0] * g[1]
+    for t in prange(ntask):
+        call_native(addr, args + (np.int64(t * rows // ntask), np.int64((t + 1) * rows // ntask)))
+    return True
+
+
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+def over_tiles(addr, tag, ntask, *args):
+    """:func:`over_rows` for the tile kernels (:mod:`.columns`,
+    :mod:`.fewrows`: ``args`` end ``out, g, op, accurate, J``), over every
+    tile (:func:`.columns.line_shift`)."""
+    if tag != tag_of(args + (I0, I0)):
+        return False
+    ob, g, J = args[-5], args[-4], args[-1]
+    tiles = g[0] * g[1] * tiles_per_outer(g[3], J, line_shift(ob, g, len(args) - 5, J))
+    for t in prange(ntask):
+        call_native(addr, args + (np.int64(t * tiles // ntask), np.int64((t + 1) * tiles // ntask)))
+    return True
+
+
+class Compiled:
+    """The address and :func:`signature_tag` of the compiled code of the
+    kernel ``module.name`` for the types of the arguments it was last
+    resolved for (``entry``; ``(0, -1)`` before that: no tag is -1). The
+    kernel is looked up by name when an address is needed, as the small
+    calls look theirs up per call (tests swap kernels for counting
+    wrappers)."""
+
+    __slots__ = ("module", "name", "entry")
+
+    def __init__(self, module, name):
+        self.module, self.name = module, name
+        self.entry = (0, -1)
+
+    def resolve(self, args):
+        """Compile the kernel for the types of ``args`` (or load it from the
+        disk cache) and return its new ``entry``."""
+        kernel = getattr(self.module, self.name)
+        sig = tuple(typeof(a) for a in args)
+        kernel.compile(sig)
+        res = kernel.overloads[sig]
+        self.entry = res.library.get_pointer_to_function(res.fndesc.llvm_func_name), signature_tag(sig)
+        return self.entry
+
+
+class Parallel(Compiled):
+    """A serial kernel that takes a range last (``kernel(*args, lo, hi)``)
+    run in parallel by ``driver`` (:func:`over_rows`, :func:`over_tiles`):
+    ``Parallel(rows, "forward_short", over_rows)(ntask, *args)``."""
+
+    __slots__ = ("driver",)
+
+    def __init__(self, module, name, driver):
+        super().__init__(module, name)
+        self.driver = driver
+
+    def __call__(self, ntask, *args):
+        if self.driver(*self.entry, ntask, *args):
+            return
+        entry = self.resolve((*args, I0, I0))
+        if not self.driver(*entry, ntask, *args):
+            raise RuntimeError(f"{self.module.__name__}.{self.name}: no code for these arguments")
