@@ -44,10 +44,6 @@ from .columns import line_shift, tiles_per_outer
 
 __all__ = ["Compiled", "Parallel", "call_native", "tag_of", "signature_tag", "over_rows", "over_tiles"]
 
-#: a task's range: two int64 arguments after the kernel's others
-_RANGE = (types.int64, types.int64)
-
-
 def signature_tag(argtypes) -> int:
     """A stable 32-bit tag of a tuple of numba types (crc32 of its name, as
     numba names the tuple type): the same in every process, so it can be
