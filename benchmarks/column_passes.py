@@ -188,7 +188,7 @@ def main(argv=None) -> None:
         raise SystemExit(f"{args.shape} axis 0 is not a staged problem (columns.staged_rows)")
     J = int(C.tile_width_for(n, ni, False, threads, staged=True))  # as the library (stages)
     accurate = np.bool_(n <= segment.SHORT)
-    whole = native.Kernel(C, "forward_tiles", native.over_tiles)
+    whole = native.Parallel(C, "forward_tiles", native.over_tiles)
     fns = {
         "copy of the same bytes": lambda: _copy(xb, ob, threads),
         "stage + max": lambda: _passes_parallel(xb, ob, lay.g, accurate, J, threads, 0),

@@ -76,7 +76,7 @@ def main(argv=None) -> None:
     accurate = np.bool_(dtype == np.float32
                         and n <= (segment.SHORT_BACKWARD if bwd else segment.SHORT))
 
-    tiles = native.Kernel(columns, "backward_tiles" if bwd else "forward_tiles", native.over_tiles)
+    tiles = native.Parallel(columns, "backward_tiles" if bwd else "forward_tiles", native.over_tiles)
 
     def call(J):
         return lambda: tiles(threads, *flat, lay.g, int(Op.LOG_SOFTMAX), accurate, J)
