@@ -50,6 +50,7 @@ __all__ = [
     "fault_in",
     "STREAM_BYTES",
     "STREAM_BYTES_F32_AMD",
+    "stream_line",
     "stream_bytes",
 ]
 
@@ -227,14 +228,22 @@ def _compiles_for_amd() -> bool:
     return is_amd_cpu(config.CPU_NAME or ll.get_host_cpu_name())
 
 
-@functools.cache
-def stream_bytes(itemsize: int, rows: bool) -> int:
+def stream_line(itemsize, rows, amd):
     """The output size (bytes) from which the kernels stream an output of
     ``itemsize``-byte items, the row kernels' (``rows``) or the column
-    ones' (:func:`.rows.streams_items`, the same rule)."""
-    if rows and itemsize == 4 and _compiles_for_amd():
+    ones', on an AMD core or not (``amd``). Plain Python, so that this
+    module imports no numba: the kernels compile it themselves
+    (:func:`.rows.streams_items`, with :func:`._vec.on_amd`)."""
+    if rows and itemsize == 4 and amd:
         return STREAM_BYTES_F32_AMD
     return STREAM_BYTES
+
+
+@functools.cache
+def stream_bytes(itemsize: int, rows: bool) -> int:
+    """:func:`stream_line` for the CPU numba compiles for: where the front
+    door faults a streamed output's pages in first."""
+    return stream_line(itemsize, rows, _compiles_for_amd())
 _PAGE = mmap.PAGESIZE
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+: fault a range in for writing, data kept
 try:

@@ -43,8 +43,7 @@ from ._vec import (
     where,
 )
 from .. import Op
-from . import tiny
-from .alloc import STREAM_BYTES, STREAM_BYTES_F32_AMD
+from . import alloc, tiny
 from .geometry import dense_rows, first_row, next_row, row_at, row_offset, row_step
 from .segment import (
     CHUNK,
@@ -122,18 +121,16 @@ def streams_tiles(ob, g):
     return streams_items(g, ob.itemsize, False)
 
 
+_stream_line = njit(forceinline=True, error_model="numpy")(alloc.stream_line)
+
+
 @njit(forceinline=True, error_model="numpy")
 def streams_items(g, itemsize, rows):
     """:func:`streams` for an output of ``itemsize``-byte items (before it
     exists: the plan's tile width, ``.columns.stages``) of the row kernels
-    (``rows``) or the column ones: float32 rows on an AMD core from
-    :data:`.alloc.STREAM_BYTES_F32_AMD` (its measurements), every other
-    output from :data:`.alloc.STREAM_BYTES` (:func:`.alloc.stream_bytes`,
-    the same rule)."""
-    nbytes = g[0] * g[1] * g[2] * g[3] * itemsize
-    if rows and itemsize == 4 and on_amd():
-        return nbytes >= STREAM_BYTES_F32_AMD
-    return nbytes >= STREAM_BYTES
+    (``rows``) or the column ones: from :func:`.alloc.stream_line` for the
+    CPU being compiled for (the rule the front door reads too)."""
+    return g[0] * g[1] * g[2] * g[3] * itemsize >= _stream_line(itemsize, rows, on_amd())
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -576,7 +573,7 @@ def backward_range(db, yb, ob, g, op, accurate, r0, r1):
 #: rows per batch of the short-row forward
 BATCH = 16
 #: accurate rows of at least ``FETCH_ROW_N`` elements whose output has at
-#: least ``FETCH_BYTES`` (more than a core's L2, less than :data:`STREAM_BYTES`)
+#: least ``FETCH_BYTES`` (more than a core's L2, less than :data:`.alloc.STREAM_BYTES`)
 #: ask for the next batch's rows too (:func:`_prefetch_row`)
 FETCH_ROW_N = 64
 FETCH_BYTES = 1 << 22
