@@ -37,7 +37,7 @@ against 1.58).
 The entries call the kernel by its address (:mod:`.native`), passed in
 with its signature's tag: an entry linked its kernel at first, which made
 numba compile the kernel again inside each entry, once per rank and
-dtype (~9 s each on a cold cache, ~100 s of a cold ``make test``'s
+dtype (2-10 s each on a cold cache, ~100 s of a cold ``make test``'s
 compiling). Two entries serve all the kernels, one per direction, and a
 tag that does not match the arguments' types returns :data:`UNRESOLVED`
 (nothing written): the caller compiles or looks up the kernel for them

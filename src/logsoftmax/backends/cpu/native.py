@@ -9,7 +9,7 @@ signature, and each :mod:`.into` entry a third: the twin of
 kernel already compiled, a ``prange`` calling its address 0.35 s (one
 process, cold cache; AMD EPYC Zen 4, LLVM znver4). Of the ~1250 s that a
 cold ``make test`` spent compiling (``numba:compile`` events of both
-workers), ~300 went to the twins and ~100 to the entries
+workers), 288 went to the eight twins and ~100 to the entries
 (docs/performance.md).
 
 So the parallel drivers here (:func:`over_rows`, :func:`over_tiles`) and
