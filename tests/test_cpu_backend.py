@@ -418,7 +418,8 @@ def test_streamed_rows_of_whole_vectors_off_a_line_give_the_same_bits(n, in_dtyp
 
 @pytest.mark.parametrize(
     "dtype, c, w",
-    [(F32, 64, 1000), (BF16, 64, 1000), (F32, 40, 1000), (F32, 42, 1008), (F32, 100, 2000)],
+    [(F32, 64, 1000), (BF16, 64, 1000), (F32, 40, 1000), (F32, 42, 1008), (F32, 100, 2000),
+     (F16, 300, 256), (BF16, 100, 200)],
 )
 def test_streaming_column_stores_same_bits(dtype, c, w):
     """The column kernels stream big outputs too (each tile row from its
@@ -428,7 +429,10 @@ def test_streaming_column_stores_same_bits(dtype, c, w):
     (a whole number of lines) take the forward's sweeps of
     ``columns.WRITE_ROWS`` rows; 42 of them leave two rows over. 100
     channels of 2000 columns (two tiles a plane) take each next tile's max
-    inside this one's sums (``columns.PIPED_LANE_ROWS``)."""
+    inside this one's sums (``columns.PIPED_LANE_ROWS``). 16-bit rows under
+    1 KiB stream each tile as one span on AMD cores (``columns.spans16``):
+    rows of 256 float16 (whole lines) and of 200 bfloat16 (a line holds
+    the end of one row and the start of the next at every offset)."""
     from logsoftmax.backends.cpu.alloc import STREAM_BYTES
 
     # NCHW-like: axis 1, inner w columns (tiles of up to 1024)

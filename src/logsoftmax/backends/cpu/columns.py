@@ -34,6 +34,8 @@ from ._vec import (
     hi_f64,
     join_f32,
     lane,
+    lanes_below,
+    lanes_below64,
     lo_f64,
     on_amd,
     prefetch,
@@ -48,6 +50,8 @@ from ._vec import (
     vstore,
     vstore_n,
     vstore_nt,
+    vstore_pair_nt,
+    where,
 )
 from .rows import stage_for, streams_items, streams_tiles
 from .segment import (
@@ -446,6 +450,36 @@ def _tiles_stream(ob, g, J):
 
 
 @njit(forceinline=True, error_model="numpy")
+def spans16(ob, g, J):
+    """Whether a forward's 16-bit tiles stream each tile as one span
+    (:func:`_tile_write_span16`): outputs that stream (:func:`.rows.streams`)
+    whose tiles hold whole rows (``J >= ni``) of fewer than 1 KiB (longer
+    ones stream row by row, :func:`_tiles_stream`), lying end to end in the
+    input and the output; on AMD cores, where it was measured.
+
+    Rows of 768 bytes (8x16x384x384 axis 2 float16, p04) into a numpy
+    ``out=`` (16 bytes past a line) streamed row by row lost (the first and
+    last line of each row by ordinary stores, between streamed ones), and
+    so they went by ordinary stores (:func:`_tiles_stream`), each line read
+    from memory before it is written. Streamed as one span, only the span's
+    first and last lines are ordinary. In-process A/B against ordinary
+    stores (AMD EPYC, LLVM znver4, 2 threads, numpy ``out=``, same bits;
+    ``python benchmarks/ab_inprocess.py --old <tree> --numpy-out --rounds
+    15``), the next tile asked for during the write pass (as before)
+    instead of the sums: p04 1.10-1.11x paired, bfloat16 1.06-1.10x; with
+    the sums asking (:func:`_tile_sums_row_major`'s ``pf``): p04 1.23x,
+    bfloat16 1.12x, 16x16x384x256 float16 1.15x, 32x16x250x250 float16
+    1.10x, 8x16x512x512 bfloat16 1.20x; the sums' asks alone (against the
+    span without them) 0.93-1.03x on p04 in three runs, 1.05-1.07x
+    bfloat16, 1.03-1.07x 16x16x384x256, 1.08x 8x16x512x512, 1.00x
+    32x16x250x250. Rows of 1 KiB (64x1024x512 float16 axis 1), which
+    already streamed row by row on lines (:func:`line_shift`), lost as a
+    span (0.94x) and keep their rows."""
+    return (ob.itemsize == 2 and on_amd() and streams_tiles(ob, g) and 2 * W <= g[3] <= J
+            and g[3] * 2 < 1024 and g[7] == g[3] and g[12] == g[3] and g[8] == 1 and g[13] == 1)
+
+
+@njit(forceinline=True, error_model="numpy")
 def line_shift(ob, g, op, J):
     """Columns ``a`` by which the tiles' boundaries move left (tile ``k`` of
     an outer index: columns ``[k J - a, (k + 1) J - a)``, clipped to ``[0,
@@ -559,7 +593,7 @@ def _tile_stats(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pf, pjn, a
     if cl <= LANE_MAJOR_ROWS:
         _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, pf, pjn, -1, 0, mc)
     else:
-        _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, -1, 0, mc)
+        _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, -1, 0, mc, pf, pjn)
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -703,14 +737,16 @@ def _tile_sums_row_major_apart(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc
 
 
 @njit(forceinline=True, error_model="numpy")
-def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pn, jn2, mn):
+def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pn, jn2, mn, pf=-1, pjn=0):
     """The sums of long columns: row by row (each row of the tile is ``J``
     contiguous elements on one page), every lane of every column in a
     ``lanes x J`` scratch (float32 terms of up to :data:`LANE_ORDER_ROWS`
     rows on Intel: lane by lane, :func:`_sums32_by_lane`). ``pn >= 0``: each
     row ``k`` also takes row ``k`` of the next tile (``jn2`` columns from
     ``xb[pn]``, ``cl`` rows too) into that tile's max ``mn``
-    (:func:`_max_row`)."""
+    (:func:`_max_row`); ``pf >= 0``: each row ``k`` of float32 terms asks
+    for row ``k`` of the next tile (``pjn`` columns from ``xb[pf]``) into
+    L2 (:func:`spans16`)."""
     nv = (jn + W - 1) // W
     if accurate:
         for lane_ in range(min(cl, LANES64)):  # lanes with no element hold 0
@@ -739,6 +775,9 @@ def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, p
         for k in range(cl):
             if pn >= 0:
                 _max_row(xb, pn, sn, k, jn2, mn)
+            if pf >= 0:
+                for i in range(0, pjn, 64 // xb.itemsize):
+                    prefetch_l2(xb, pf + k * sn + i)
             q = (k % LANES32) * J
             for v in range(nv):
                 j = v * W
@@ -909,8 +948,10 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     staged = stages(g, xb.itemsize, ob.itemsize)
     xst = stage_for(xb, ccl * J, g[8] != 1 or staged)
     ost = stage_for(ob, ccl * J, g[13] != 1)
-    stream = _tiles_stream(ob, g, J)
-    fetch = stream and not staged and n * J * xb.itemsize <= FETCH_TILE_BYTES
+    span16 = spans16(ob, g, J) and not staged
+    stream = _tiles_stream(ob, g, J) or span16
+    # (span16 tiles ask for the next tile during their sums instead)
+    fetch = stream and not staged and n * J * xb.itemsize <= FETCH_TILE_BYTES and not span16
     # accurate lane-major tiles ask for the next tile during their sums
     # instead of their write pass (FETCH_TILE_BYTES). Measured on Intel
     # first; on an AMD EPYC Zen 4 (LLVM znver4), where the write pass's asks
@@ -982,7 +1023,7 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
             _column_fixups(src, xbase, xsn, n, jn, mc, sc, m, s, True)
         else:
             pf, pjn = -1, 0
-            if sums_fetch and t + 1 < t1:
+            if (sums_fetch or span16) and t + 1 < t1:
                 o2, j2, pjn = _tile_cols(t + 1, ntile, J, ni, a)
                 pf, _psn, _psi = _tile_geom(g, 0, o2, j2)
             _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m, s, xst, J,
@@ -1040,6 +1081,66 @@ def _row_stream(ob, po, qsn, jn, stream):
     return j, stream_end(ob, po + j, po + jn) - po
 
 
+@njit(forceinline=True, error_model="numpy")
+def _wrapped_vec(xb, i, c, jn, m, b, ma, d, op, accurate):
+    """:func:`.segment.forward_vec` of the vector ``xb[i:i + W]`` whose first
+    element is in column ``c`` of a tile of ``jn`` columns whose rows lie
+    end to end: lanes past the row's end are the next row's first columns,
+    and take their statistics, lane by lane, from a load ``jn`` elements
+    back (``c - jn < 0``: it reads up to ``W - 1`` elements before each
+    statistics array, which :func:`forward_tiles` keeps in rows of one
+    scratch, each after another, and discards them)."""
+    if c + W <= jn:
+        return forward_vec(vload(xb, i), vload(m, c), vload(m, c + W // 2), vload(b, c),
+                           vload(b, c + W // 2), vload(ma, c), vload(d, c), op, accurate)
+    t = jn - c  # lanes j < t are in this row
+    lo, hi, f = lanes_below64(t), lanes_below64(t - W // 2), lanes_below(t)
+    w = c - jn
+    return forward_vec(vload(xb, i), where(lo, vload(m, c), vload(m, w)),
+                       where(hi, vload(m, c + W // 2), vload(m, w + W // 2)),
+                       where(lo, vload(b, c), vload(b, w)), where(hi, vload(b, c + W // 2), vload(b, w + W // 2)),
+                       where(f, vload(ma, c), vload(ma, w)), where(f, vload(d, c), vload(d, w)), op, accurate)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _tile_write_span16(xb, p, ob, q, cl, jn, op, accurate, m, b, ma, d):
+    """Pass 2 of a 16-bit tile whose rows lie end to end in both ``xb`` and
+    ``ob`` (a whole plane's width), as one span: every 64-byte line from
+    the span's first boundary to its last by a streaming store of two
+    vectors, a line that holds one row's end and the next row's start too
+    (:func:`_wrapped_vec`); ordinary stores only for the span's first and
+    last partial lines (:func:`spans16` has the measurements). The pairs
+    are stored by :func:`._vec.vstore_pair_nt` with a group that does not
+    interleave (the float64 ``m``): they were loaded by :func:`vload`."""
+    total = cl * jn
+    h = min(stream_head(ob, q), total)
+    for i in range(0, h, W):  # (h < 32 <= jn: all in row 0)
+        y = forward_vec(vload_n(xb, p + i, h - i, _ZERO), vload(m, i), vload(m, i + W // 2),
+                        vload(b, i), vload(b, i + W // 2), vload(ma, i), vload(d, i), op, accurate)
+        vstore_n(ob, q + i, y, h - i)
+    e = stream_end(ob, q + h, q + total) - q
+    k = h
+    c = h  # the column of element k
+    while k < e:
+        y0 = _wrapped_vec(xb, p + k, c, jn, m, b, ma, d, op, accurate)
+        c += W
+        if c >= jn:
+            c -= jn
+        y1 = _wrapped_vec(xb, p + k + W, c, jn, m, b, ma, d, op, accurate)
+        c += W
+        if c >= jn:
+            c -= jn
+        vstore_pair_nt(ob, q + k, y0, y1, (ob, m))
+        k += 2 * W
+    while k < total:  # the last partial line (in the last row)
+        n = min(W, total - k)
+        y = forward_vec(vload_n(xb, p + k, n, _ZERO), vload(m, c), vload(m, c + W // 2),
+                        vload(b, c), vload(b, c + W // 2), vload(ma, c), vload(d, c), op, accurate)
+        vstore_n(ob, q + k, y, n)
+        k += W
+        c += W
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la, ia, stream, pf, pjn,
                 pn, jn2, mn):
@@ -1058,6 +1159,10 @@ def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la,
     # taking six arrays made this kernel 5x slower when called from Python
     b = lg if op == _LSM else inv  # the second statistic, per precision
     d = la if op == _LSM else ia
+    if (stream and ob.itemsize == 2 and sn == jn and qsn == jn and jn >= 2 * W and pn < 0
+            and jn * 2 < 1024 and stream_head(ob, q) >= 0):  # (spans16's tiles)
+        _tile_write_span16(xb, p, ob, q, cl, jn, op, accurate, m, b, ma, d)
+        return
     k = 0
     if (stream and ob.itemsize == 4 and cl * jn * 4 <= WRITE_ROWS_BYTES and (qsn * 4) % 64 == 0
             and address(ob, q) % 4 == 0):
