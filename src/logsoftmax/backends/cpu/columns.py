@@ -474,7 +474,10 @@ def spans16(ob, g, J):
     bfloat16, 1.03-1.07x 16x16x384x256, 1.08x 8x16x512x512, 1.00x
     32x16x250x250. Rows of 1 KiB (64x1024x512 float16 axis 1), which
     already streamed row by row on lines (:func:`line_shift`), lost as a
-    span (0.94x) and keep their rows."""
+    span (0.94x) and keep their rows. The max pass of a tile that the last
+    one's sums asked for asks for nothing itself (as ``quiet_max`` in
+    :func:`forward_tiles`): p04 1.02-1.05x paired in three runs, bfloat16
+    1.06-1.07x, 16x16x384x256 1.03x, 32x16x250x250 0.99x."""
     return (ob.itemsize == 2 and on_amd() and streams_tiles(ob, g) and 2 * W <= g[3] <= J
             and g[3] * 2 < 1024 and g[7] == g[3] and g[12] == g[3] and g[8] == 1 and g[13] == 1)
 
@@ -965,7 +968,7 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     lanes_piped = sums_fetch and PIPED_LANE_ROWS[0] < n <= PIPED_LANE_ROWS[1] and ntile >= 2
     piped = lanes_piped or (J > 1024 and LANE_MAJOR_ROWS < n <= CHUNK and g[8] == 1 and not staged)
     # the max pass of a tile that the last one's sums asked for (up to
-    # PIPED_LANE_ROWS[0] rows) asks for nothing itself: its rows are in L2,
+    # PIPED_LANE_ROWS[0] rows, and span16 tiles) asks for nothing itself: its rows are in L2,
     # where it took 0.075-0.095 ns/element with the asks and 0.068-0.086
     # without (64x64x56x56's tiles, one thread: python
     # benchmarks/strided_limits.py). In-process A/B (Intel Xeon, LLVM rocketlake, numpy out=,
@@ -1027,7 +1030,7 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
                 o2, j2, pjn = _tile_cols(t + 1, ntile, J, ni, a)
                 pf, _psn, _psi = _tile_geom(g, 0, o2, j2)
             _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m, s, xst, J,
-                          pf, pjn, not (quiet_max and t > t0))
+                          pf, pjn, not ((quiet_max or span16) and t > t0))
         # only the statistics pass 2 reads (forward_vec): the float32 ones
         # for the fast path, 1/s for softmax
         for j in range(0, jn, W // 2):
