@@ -306,9 +306,10 @@ def backend(request) -> Iterator[str]:
 
 def count_kernel_calls(monkeypatch, called: list, kernels) -> None:
     """Record in ``called`` each call of the cpu kernels ``kernels``
-    (``(module, name)`` pairs), by name, and ``"<name> in parallel"`` for each parallel run of any
-    kernel (:class:`logsoftmax.backends.cpu.native.Parallel`, which calls
-    the kernel's compiled code, not the module attribute). The wrappers
+    (``(module, name)`` pairs), by name, and ``"<name> in parallel"`` for
+    each parallel run of any kernel
+    (:class:`logsoftmax.backends.cpu.native.Parallel`, which calls the
+    kernel's compiled code, not the module attribute). The wrappers
     stand for the kernels otherwise, so a parallel run can still compile
     them (``compile``, ``overloads``)."""
     from logsoftmax.backends.cpu import native

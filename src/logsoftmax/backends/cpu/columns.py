@@ -455,7 +455,9 @@ def spans16(ob, g, J):
     (:func:`_tile_write_span16`): outputs that stream (:func:`.rows.streams`)
     whose tiles hold whole rows (``J >= ni``) of fewer than 1 KiB (longer
     ones stream row by row, :func:`_tiles_stream`), lying end to end in the
-    input and the output; on AMD cores, where it was measured.
+    input and the output, its elements on their own size (else nothing
+    streams); on AMD cores, where it was measured (the Intel Xeon's
+    write-piped tiles, :data:`WRITE_PIPED_BYTES`, never take it).
 
     Rows of 768 bytes (8x16x384x384 axis 2 float16, p04) into a numpy
     ``out=`` (16 bytes past a line) streamed row by row lost (the first and
@@ -465,21 +467,23 @@ def spans16(ob, g, J):
     first and last lines are ordinary. In-process A/B against ordinary
     stores (AMD EPYC, LLVM znver4, 2 threads, numpy ``out=``, same bits;
     ``python benchmarks/ab_inprocess.py --old <tree> --numpy-out --rounds
-    15``), the next tile asked for during the write pass (as before)
-    instead of the sums: p04 1.10-1.11x paired, bfloat16 1.06-1.10x; with
-    the sums asking (:func:`_tile_sums_row_major`'s ``pf``): p04 1.23x,
-    bfloat16 1.12x, 16x16x384x256 float16 1.15x, 32x16x250x250 float16
-    1.10x, 8x16x512x512 bfloat16 1.20x; the sums' asks alone (against the
-    span without them) 0.93-1.03x on p04 in three runs, 1.05-1.07x
-    bfloat16, 1.03-1.07x 16x16x384x256, 1.08x 8x16x512x512, 1.00x
-    32x16x250x250. Rows of 1 KiB (64x1024x512 float16 axis 1), which
-    already streamed row by row on lines (:func:`line_shift`), lost as a
-    span (0.94x) and keep their rows. The max pass of a tile that the last
+    15``), paired: the span asking for no tile ahead, p04 1.11x, bfloat16
+    1.10x; asking for the next tile in its write pass (as the tiles did
+    before), 1.09x and 1.08x; asking in its sums (:func:`_tile_sums_row_major`'s
+    ``pf``), p04 1.23x, bfloat16 1.12x, 16x16x384x256 float16 1.15x,
+    32x16x250x250 float16 1.10x. The sums' asks alone (against the span
+    without them): 0.93-1.03x on p04 in three runs, 1.05-1.07x bfloat16,
+    1.03-1.07x 16x16x384x256, 1.00x 32x16x250x250. Rows of 1 KiB, which
+    already streamed row by row on lines (:func:`line_shift`), read 0.94x
+    (64x1024x512 float16 axis 1) and 1.20x (8x16x512x512 axis 2 bfloat16)
+    as a span in a first version, one run each: no rule, so they keep
+    their rows. The max pass of a tile that the last
     one's sums asked for asks for nothing itself (as ``quiet_max`` in
     :func:`forward_tiles`): p04 1.02-1.05x paired in three runs, bfloat16
     1.06-1.07x, 16x16x384x256 1.03x, 32x16x250x250 0.99x."""
     return (ob.itemsize == 2 and on_amd() and streams_tiles(ob, g) and 2 * W <= g[3] <= J
-            and g[3] * 2 < 1024 and g[7] == g[3] and g[12] == g[3] and g[8] == 1 and g[13] == 1)
+            and g[3] * 2 < 1024 and g[7] == g[3] and g[12] == g[3] and g[8] == 1 and g[13] == 1
+            and stream_head(ob, g[9]) >= 0)
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -1053,6 +1057,9 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
                 ot, q, qsn = ob, obase + c0 * osn, osn
             else:
                 ot, q, qsn = ost, 0, J
+            if span16:  # (whole rows end to end: sn = qsn = jn, osi = 1)
+                _tile_write_span16(buf, p, ob, q, cl, jn, op, accurate, m, lg, inv, ma, la, ia)
+                continue
             pf = -1  # the next tile's rows, asked into L2 while this one writes
             pjn = 0
             if fetch and not sums_fetch and not wpiped and xsi == 1 and t + 1 < t1:
@@ -1105,8 +1112,8 @@ def _wrapped_vec(xb, i, c, jn, m, b, ma, d, op, accurate):
                        where(f, vload(ma, c), vload(ma, w)), where(f, vload(d, c), vload(d, w)), op, accurate)
 
 
-@njit(forceinline=True, error_model="numpy")
-def _tile_write_span16(xb, p, ob, q, cl, jn, op, accurate, m, b, ma, d):
+@njit(cache=True, nogil=True, error_model="numpy")
+def _tile_write_span16(xb, p, ob, q, cl, jn, op, accurate, m, lg, inv, ma, la, ia):
     """Pass 2 of a 16-bit tile whose rows lie end to end in both ``xb`` and
     ``ob`` (a whole plane's width), as one span: every 64-byte line from
     the span's first boundary to its last by a streaming store of two
@@ -1114,7 +1121,12 @@ def _tile_write_span16(xb, p, ob, q, cl, jn, op, accurate, m, b, ma, d):
     (:func:`_wrapped_vec`); ordinary stores only for the span's first and
     last partial lines (:func:`spans16` has the measurements). The pairs
     are stored by :func:`._vec.vstore_pair_nt` with a group that does not
-    interleave (the float64 ``m``): they were loaded by :func:`vload`."""
+    interleave (the float64 ``m``): they were loaded by :func:`vload`.
+    :func:`forward_tiles` calls it for :func:`spans16`'s tiles in place of
+    :func:`_tile_write`, with the same statistics."""
+    wide_vectors()
+    b = lg if op == _LSM else inv
+    d = la if op == _LSM else ia
     total = cl * jn
     h = min(stream_head(ob, q), total)
     for i in range(0, h, W):  # (h < 32 <= jn: all in row 0)
@@ -1162,10 +1174,6 @@ def _tile_write(xb, p, sn, ob, q, qsn, cl, jn, op, accurate, m, lg, inv, ma, la,
     # taking six arrays made this kernel 5x slower when called from Python
     b = lg if op == _LSM else inv  # the second statistic, per precision
     d = la if op == _LSM else ia
-    if (stream and ob.itemsize == 2 and sn == jn and qsn == jn and jn >= 2 * W and pn < 0
-            and jn * 2 < 1024 and stream_head(ob, q) >= 0):  # (spans16's tiles)
-        _tile_write_span16(xb, p, ob, q, cl, jn, op, accurate, m, b, ma, d)
-        return
     k = 0
     if (stream and ob.itemsize == 4 and cl * jn * 4 <= WRITE_ROWS_BYTES and (qsn * 4) % 64 == 0
             and address(ob, q) % 4 == 0):

@@ -44,6 +44,7 @@ from .columns import line_shift, tiles_per_outer
 
 __all__ = ["Compiled", "Parallel", "call_native", "tag_of", "signature_tag", "over_rows", "over_tiles"]
 
+
 def signature_tag(argtypes) -> int:
     """A stable 32-bit tag of a tuple of numba types (crc32 of its name, as
     numba names the tuple type): the same in every process, so it can be
@@ -92,33 +93,34 @@ def call_native(typingctx, addr, args):
     return types.none(addr, args), codegen
 
 
-@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
-def over_rows(addr, tag, ntask, *args):
-    """``kernel(*args, r0, r1)`` (the kernel at ``addr``: a row kernel, whose
-    geometry ``g`` is ``args[-3]``) over all rows, ``ntask`` ranges in
-    parallel; False, having run nothing, where ``tag`` is not that of
-    these arguments."""
+@njit(inline="always")
+def _in_ranges(addr, tag, ntask, args, count):
+    """``kernel(*args, lo, hi)`` (the kernel at ``addr``) over ``[0,
+    count)``, ``ntask`` ranges in parallel: True; False, having run
+    nothing, where ``tag`` is not that of these arguments."""
     if tag != tag_of(args + (I0, I0)):
         return False
-    g = args[-3]
-    rows = g[0] * g[1]
     for t in prange(ntask):
-        call_native(addr, args + (np.int64(t * rows // ntask), np.int64((t + 1) * rows // ntask)))
+        call_native(addr, args + (np.int64(t * count // ntask), np.int64((t + 1) * count // ntask)))
     return True
+
+
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+def over_rows(addr, tag, ntask, *args):
+    """:func:`_in_ranges` of a row kernel (its geometry ``g`` is
+    ``args[-3]``) over all rows."""
+    g = args[-3]
+    return _in_ranges(addr, tag, ntask, args, g[0] * g[1])
 
 
 @njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 def over_tiles(addr, tag, ntask, *args):
-    """:func:`over_rows` for the tile kernels (:mod:`.columns`,
-    :mod:`.fewrows`: ``args`` end ``out, g, op, accurate, J``), over every
-    tile (:func:`.columns.line_shift`)."""
-    if tag != tag_of(args + (I0, I0)):
-        return False
+    """:func:`_in_ranges` of a tile kernel (:mod:`.columns`, :mod:`.fewrows`:
+    ``args`` end ``out, g, op, accurate, J``) over every tile
+    (:func:`.columns.line_shift`)."""
     ob, g, J = args[-5], args[-4], args[-1]
     tiles = g[0] * g[1] * tiles_per_outer(g[3], J, line_shift(ob, g, len(args) - 5, J))
-    for t in prange(ntask):
-        call_native(addr, args + (np.int64(t * tiles // ntask), np.int64((t + 1) * tiles // ntask)))
-    return True
+    return _in_ranges(addr, tag, ntask, args, tiles)
 
 
 class Compiled:
