@@ -79,6 +79,8 @@ __all__ = [
     "times_pow2_normal",
     "reduce_add",
     "reduce_max",
+    "reduce_add_rows",
+    "reduce_max_rows",
     "lo_f64",
     "hi_f64",
     "join_f32",
@@ -1431,6 +1433,65 @@ reduce_add = _reduce("add")
 #: largest lane (a tree of ``a > b ? a : b``: a NaN lane may or may not
 #: survive, as with ``vmaxps``; callers let NaN rows fail in their sums)
 reduce_max = _reduce("max")
+
+
+def _fold(builder, name, lo, hi):
+    """One level of :func:`_reduce`'s tree, lane by lane."""
+    if name == "add":
+        return builder.fadd(lo, hi)
+    return builder.select(builder.fcmp_ordered(">", lo, hi), lo, hi)
+
+
+def _reduce_rows(name):
+    @intrinsic
+    def _r(typingctx, buf, idx):
+        if not (isinstance(buf, types.Array) and buf.ndim == 1
+                and buf.dtype in (types.float32, types.float64)):
+            raise TypingError(f"{name}_rows: a 1-D float32 or float64 array expected")
+        _check_buf(buf, idx)
+        dtype = buf.dtype
+        n = _lanes(dtype)
+
+        def codegen(context, builder, sig, args):
+            base = _ptr(context, builder, sig.args[0], args[0], args[1])
+            vt = _storage_vt(dtype, n)
+            at = args[1].type
+            rows = [_load_vec(builder, builder.gep(base, [ir.Constant(at, r * n)]), vt, dtype.bitwidth // 8)
+                    for r in range(n)]
+            # each vector holds n / width rows of `width` lanes, end to end;
+            # two of them fold into one of twice the rows and half the width:
+            # the low halves of every row (the first vector's rows, then the
+            # second's) against the high halves, lane by lane
+            width = n
+            while width > 1:
+                half = width // 2
+                lo_idx = [b * width + j for b in range(n // width) for j in range(half)]
+                lo_mask = lo_idx + [n + i for i in lo_idx]
+                hi_mask = [i + half for i in lo_mask]
+                m32 = ir.VectorType(_I32, n)
+                rows = [_fold(builder, name,
+                              builder.shuffle_vector(a, b, ir.Constant(m32, lo_mask)),
+                              builder.shuffle_vector(a, b, ir.Constant(m32, hi_mask)))
+                        for a, b in zip(rows[0::2], rows[1::2])]
+                width = half
+            return rows[0]
+
+        return _result_vec(dtype)(buf, idx), codegen
+
+    return _r
+
+
+#: :func:`reduce_add` of ``L`` rows at once, one vector each: ``L`` the lanes
+#: of a vector of ``buf``'s type (16 float32, 8 float64), row ``r`` the
+#: vector ``buf[idx + r L : idx + (r + 1) L]``; lane ``r`` of the result is
+#: row ``r``'s sum, by the same tree to the bit. The rows are folded into
+#: each other as they are reduced (two shuffles and one add per pair of
+#: vectors a level: ``L - 1`` of each triple in all), where ``L`` separate
+#: trees take ``log2 L`` extracts or shuffles and adds each (measured on
+#: the short-row forward: :mod:`.rows`)
+reduce_add_rows = _reduce_rows("add")
+#: :func:`reduce_max` of ``L`` rows at once (as :func:`reduce_add_rows`)
+reduce_max_rows = _reduce_rows("max")
 
 
 def _f64_half(which):

@@ -103,6 +103,10 @@ __all__ = [
     "LANES64",
     "GRAD_LANES",
     "chunk_max",
+    "chunk_max_lanes",
+    "chunk_sum64_lanes",
+    "chunk_sum32_lanes",
+    "empty_sum",
     "chunk_stats",
     "sum32_writing",
     "stream_head",
@@ -165,6 +169,13 @@ def vmax_x86(a, b):
 @njit(forceinline=True, error_model="numpy")
 def chunk_max(xs, c0, cl):
     """Exact max of ``xs[c0:c0 + cl]`` (float32; NaN: see :func:`vmax_x86`)."""
+    return reduce_max(chunk_max_lanes(xs, c0, cl))
+
+
+@njit(forceinline=True, error_model="numpy")
+def chunk_max_lanes(xs, c0, cl):
+    """:func:`chunk_max` before its tree: the vector whose
+    :func:`._vec.reduce_max` it is (for :func:`._vec.reduce_max_rows`)."""
     wide_vectors()
     m = splat(_NINF)
     return _max_rest(xs, c0, 0, cl, m, m, m, m)
@@ -186,13 +197,20 @@ def _max_rest(xs, c0, k, cl, m0, m1, m2, m3):
     while k < cl:
         m0 = vmax_x86(m0, vload_n(xs, c0 + k, cl - k, _NINF))
         k += W
-    return reduce_max(vmax_x86(vmax_x86(m0, m1), vmax_x86(m2, m3)))
+    return vmax_x86(vmax_x86(m0, m1), vmax_x86(m2, m3))
 
 
 @njit(forceinline=True, error_model="numpy")
 def _sum32(xs, c0, cl, m):
     """``sum(exp(x - m))`` over 64 float32 lanes + the tree (module doc),
     terms by :func:`._math.exp_f32_sum`."""
+    return np.float64(reduce_add(_sum32_lanes(xs, c0, cl, m)))
+
+
+@njit(forceinline=True, error_model="numpy")
+def _sum32_lanes(xs, c0, cl, m):
+    """:func:`_sum32` before its tree: the vector of 16 float32 lanes whose
+    :func:`._vec.reduce_add` it is."""
     wide_vectors()
     z = splat(_ZERO)
     return _sum32_rest(xs, c0, 0, cl, m, z, z, z, z)
@@ -246,7 +264,7 @@ def _sum32_finish(xs, k, r, m, a0, a1, a2, a3):
         a2 = a2 + _tail_terms(xs, k + 2 * W, r - 2 * W, m)
     if r > 3 * W:
         a3 = a3 + _tail_terms(xs, k + 3 * W, r - 3 * W, m)
-    return np.float64(reduce_add((a0 + a2) + (a1 + a3)))
+    return (a0 + a2) + (a1 + a3)
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -397,11 +415,11 @@ def _sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n, fold, nt):
     if nt:  # the window's last whole lines, which the 4-vector steps did not reach
         a = stream_forward(ps, os, a, e, _LSM, False, 0.0, 0.0, mp, lp)
     _store_range(os, ps, a, hi, mp, lp)
-    sum_ = _sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3)  # the sum's last terms (pair order)
+    sum_ = np.float64(reduce_add(_sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3)))  # the last terms (pair order)
     if nl <= 0:
         return sum_, _NINF
     # the next chunk's max from where the steps above stopped taking it
-    return sum_, _max_rest(xs, nx, min(k, nl // (4 * W) * (4 * W)), nl, n0, n1, n2, n3)
+    return sum_, reduce_max(_max_rest(xs, nx, min(k, nl // (4 * W) * (4 * W)), nl, n0, n1, n2, n3))
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -450,6 +468,13 @@ def _tail_terms(xs, k, count, m):
 @njit(forceinline=True, error_model="numpy")
 def _sum64(xs, c0, cl, m):
     """``sum(exp_f64(x - m))`` of the exact float64 differences, 16 lanes."""
+    return reduce_add(_sum64_lanes(xs, c0, cl, m))
+
+
+@njit(forceinline=True, error_model="numpy")
+def _sum64_lanes(xs, c0, cl, m):
+    """:func:`_sum64` before its tree: the vector of 8 float64 lanes whose
+    :func:`._vec.reduce_add` it is."""
     wide_vectors()
     m64 = np.float64(m)
     lo = splat(0.0)
@@ -464,7 +489,7 @@ def _sum64(xs, c0, cl, m):
         v = vload_n(xs, c0 + k, cl - k, _NINF)
         lo = lo + exp_f64(lo_f64(v) - m64)
         hi = hi + exp_f64(hi_f64(v) - m64)
-    return reduce_add(lo + hi)
+    return lo + hi
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -484,6 +509,27 @@ def chunk_sum_at(xs, cl, m, accurate):
     if accurate:
         return np.float64(m), _sum64(xs, 0, cl, m)
     return np.float64(m), _sum32(xs, 0, cl, m)
+
+
+@njit(forceinline=True, error_model="numpy")
+def chunk_sum64_lanes(xs, cl, m):
+    """:func:`chunk_sum_at`'s accurate sum before its tree (float64 vector;
+    ``m > -inf``), for :func:`._vec.reduce_add_rows`."""
+    return _sum64_lanes(xs, 0, cl, m)
+
+
+@njit(forceinline=True, error_model="numpy")
+def chunk_sum32_lanes(xs, cl, m):
+    """:func:`chunk_sum_at`'s fast sum before its tree (float32 vector; ``m >
+    -inf``); its float64 widening is the sum."""
+    return _sum32_lanes(xs, 0, cl, m)
+
+
+@njit(forceinline=True, error_model="numpy")
+def empty_sum(xs, cl):
+    """:func:`chunk_sum_at`'s sum of a chunk whose max is ``-inf``: NaN if it
+    holds one, else 0."""
+    return np.nan if _has_nan(xs, 0, cl) else 0.0
 
 
 @njit(forceinline=True, error_model="numpy")
