@@ -1283,6 +1283,41 @@ def _apply_exp64(fn, x):
     return out
 
 
+@pytest.mark.parametrize("dtype", [F32, np.float64])
+def test_row_trees_give_each_rows_tree_bits(dtype):
+    """``_vec.reduce_add_rows`` / ``reduce_max_rows`` reduce a vector's worth
+    of rows (16 float32, 8 float64) at once by folding them into each other;
+    lane ``r`` is row ``r``'s ``reduce_add`` / ``reduce_max`` to the bit
+    (the same pairs in the same order): magnitudes 16 decades apart, so
+    that another order of additions rounds differently, signed zeros,
+    NaN and infinities."""
+    from logsoftmax.backends.cpu._vec import reduce_add, reduce_add_rows, reduce_max, reduce_max_rows, vload, vstore
+
+    @numba.njit(error_model="numpy")
+    def both(buf, lanes):
+        out = np.empty(4 * lanes, buf.dtype)
+        vstore(out, 0, reduce_add_rows(buf, 0))
+        vstore(out, lanes, reduce_max_rows(buf, 0))
+        for r in range(lanes):
+            out[2 * lanes + r] = reduce_add(vload(buf, r * lanes))
+            out[3 * lanes + r] = reduce_max(vload(buf, r * lanes))
+        return out
+
+    lanes = 16 if dtype == F32 else 8
+    rng = np.random.default_rng(5)
+    differs = 0
+    for t in range(300):
+        buf = (rng.standard_normal(lanes * lanes) * 10.0 ** rng.integers(-8, 8, lanes * lanes)).astype(dtype)
+        if t % 3 == 0:
+            buf[rng.integers(0, lanes * lanes, 6)] = np.array([0.0, -0.0, np.nan, np.inf, -np.inf, -0.0], dtype)
+        out = both(buf, lanes)
+        assert np.array_equal(bits(out[:lanes]), bits(out[2 * lanes : 3 * lanes])), t
+        assert np.array_equal(bits(out[lanes : 2 * lanes]), bits(out[3 * lanes :])), t
+        with np.errstate(invalid="ignore"):  # (inf - inf)
+            differs += not np.array_equal(bits(out[:lanes]), bits(buf.reshape(lanes, lanes).sum(axis=1)))
+    assert differs > 0  # the data tells one order of additions from another
+
+
 def test_exp_f64_accuracy_and_range():
     """The accurate forward's float64 terms (``_math.exp_f64``, ``2**y`` by
     ``vreducepd``/``vscalefpd``, no clamp): within 2.1e-9 of ``e**x`` for

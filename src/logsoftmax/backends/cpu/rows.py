@@ -59,9 +59,11 @@ from .segment import (
     chunk_max_lanes,
     chunk_stats,
     chunk_sum32_lanes,
+    chunk_sum64_keeping,
     chunk_sum64_lanes,
     chunk_sum_at,
     empty_sum,
+    forward_kept,
     forward_vec,
     grad_sum_streaming,
     grad_sum_vectors,
@@ -75,6 +77,7 @@ from .segment import (
     write_backward,
     write_backward_vectors,
     write_forward,
+    write_forward_kept,
 )
 
 _LSM = Op.LOG_SOFTMAX
@@ -597,6 +600,25 @@ FETCH_BYTES = 1 << 22
 #: 262144x32 gained 1.07-1.10x
 BATCH_MAX = 64
 SHORT_BATCH_N = 32
+#: accurate rows of up to ``KEEP_N`` elements keep their differences ``x -
+#: m`` (float64, exact) from the sums to pass 2
+#: (:func:`.segment.chunk_sum64_keeping`, :func:`.segment.forward_kept`):
+#: pass 2 then subtracts ``log s`` from them, where it converted ``x`` to
+#: float64 and subtracted ``m`` again. A batch's differences are :data:`BATCH_MAX` x
+#: :data:`SHORT_BATCH_N` or :data:`BATCH` x ``KEEP_N`` float64, 16 KiB,
+#: half of L1. In-process A/B against the batch loop before (AMD EPYC Zen
+#: 4, LLVM znver4, 2 threads, same bits; ``python
+#: benchmarks/ab_inprocess.py --old <tree> --numpy-out --rounds 15``):
+#: 262144x32 float32 1.08-1.11x over three runs, allocating 1.09x;
+#: 131072x64 1.06-1.08x, allocating 1.06x; 4096x32 (in cache) 1.11-1.12x;
+#: 32768x128 (L3) 0.96-1.33x over four runs, allocating 1.13x (this
+#: machine's spread there: identical code once read 1.19x). Not for the spans whose lines
+#: blend two rows' statistics (:func:`_write_span`: rows that are not 2, 4
+#: or 8 whole vectors, into an output off a line): kept there too,
+#: 174762x48 read 0.82-0.87x and 80000x100 0.93-0.95x, and the loop compiled
+#: into the batch loop cost the joined rows their gain (262144x32 0.90-0.93x
+#: against this form, the span's loop not taken).
+KEEP_N = 128
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -757,7 +779,7 @@ _JOINED_HEAD = 12
 
 
 @njit(forceinline=True, error_model="numpy")
-def _write_span_joined(xs, os, bstart, bend, n, op, accurate, m, lg, inv, final, prev):
+def _write_span_joined(xs, os, bstart, bend, n, op, accurate, m, lg, inv, final, prev, d, kept):
     """:func:`_write_span` for rows of whole vectors (the copies of
     :func:`forward_short` for 2, 4 and 8 vectors) into a float32 output
     whose lines start :data:`_JOINED_HEAD` elements into the span: each
@@ -769,6 +791,8 @@ def _write_span_joined(xs, os, bstart, bend, n, op, accurate, m, lg, inv, final,
     the batch's last, which the next batch's first line needs; the
     ``final`` batch writes the span's last partial line by ordinary stores.
     In place, each line is stored after both its vectors are read.
+    ``kept``: the batch's differences ``x - m`` are in ``d``
+    (:func:`.segment.forward_kept`).
 
     Rows of 32 float32 into a numpy ``out=`` (16 bytes past a line) ran
     3-5% behind the pool's output, which is on a line (``make bench``: the
@@ -786,7 +810,10 @@ def _write_span_joined(xs, os, bstart, bend, n, op, accurate, m, lg, inv, final,
         mr, br = m[r], _second_stat(lg, inv, r, op)
         mr32, br32 = np.float32(mr), np.float32(br)
         for _ in range(n // W):
-            cur = forward_vec(vload(xs, j * W), mr, mr, br, br, mr32, br32, op, accurate)
+            if kept:
+                cur = forward_kept(d, j * W - bstart, br, br, op)
+            else:
+                cur = forward_vec(vload(xs, j * W), mr, mr, br, br, mr32, br32, op, accurate)
             if j > 0:  # the line from head + (j - 1) W: the end of one vector, the start of the next
                 vstore_nt(os, _JOINED_HEAD + (j - 1) * W, join_at(prev, cur, _JOINED_HEAD))
             prev = cur
@@ -852,12 +879,16 @@ def _batch_sums(lanes, lanes64, s, nb, accurate):
     exactly once summed): :func:`.segment.chunk_sum_at`'s bits, W / 2 or W
     rows a tree (:func:`._vec.reduce_add_rows`).
 
-    Why trees of many rows: a row of 32 float32 spent ~13% of its forward
-    on its two trees (max and sum) taken one row at a time: the forward
-    without them, a diagnostic with wrong results, ran 4096x32 in cache
-    (one thread, AMD EPYC Zen 4, LLVM znver4) in 0.725-0.740 ns an element
-    against 0.834-0.838 (n = 128: 0.673 against 0.697; 224: 0.677 against
-    0.687)."""
+    Why trees of many rows: a row's two trees (max and sum), taken one row
+    at a time, are ``log2 L`` extracts or shuffles and as many operations
+    each; folded, a vector's worth of rows shares them (``L - 1`` folds of
+    two shuffles and one operation). In-process A/B against the trees row
+    by row (AMD EPYC Zen 4, LLVM znver4, 2 threads, numpy ``out=``, same
+    bits): 262144x32 float32 1.05x, 32768x128 1.04x, 4096x32 (in cache)
+    1.02x, 8192x224 1.00x, bfloat16 262144x32 1.01x. (A diagnostic forward
+    without the trees, its results wrong, had promised 13% on rows of 32:
+    with one lane of each row's result read, LLVM narrows the arithmetic
+    too.)"""
     if accurate:
         for q in range(0, nb, W // 2):
             vstore(s, q, reduce_add_rows(lanes64, q * (W // 2)))
@@ -952,6 +983,12 @@ def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n, whole):
     # nothing: its doc)
     joined = whole and span and ob.itemsize == 4 and k == _JOINED_HEAD
     prev = splat(np.float32(0.0))
+    # accurate rows of up to KEEP_N elements keep their exact differences
+    # x - m from the sums for pass 2 (segment.chunk_sum64_keeping): a batch's
+    # are 16 KiB at most, in L1 (KEEP_N's doc). Not for the spans that blend
+    # two rows' statistics in a vector (_write_span)
+    kept = accurate and n <= KEEP_N and (joined or not span)
+    d = np.empty(BATCH_MAX * SHORT_BATCH_N + W if kept else 0)
     for b0 in range(r0, r1, batch):
         nb = min(batch, r1 - b0)
         i1, i2 = _batch_rows(g, i1, i2, nb, n, dense, xo, oo)
@@ -961,7 +998,9 @@ def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n, whole):
         p1, p2 = i1, i2  # the next batch's first row, fetched during the sums
         for i in range(nb):
             xs = view(xb, xo[i], n)
-            if accurate:
+            if kept:
+                vstore(lanes64, i * (W // 2), chunk_sum64_keeping(xs, n, mx[i], d, i * n))
+            elif accurate:
                 vstore(lanes64, i * (W // 2), chunk_sum64_lanes(xs, n, mx[i]))
             else:
                 vstore(lanes, i * W, chunk_sum32_lanes(xs, n, mx[i]))
@@ -983,7 +1022,7 @@ def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n, whole):
                 write_forward(xs_all, os_all, 0, k, op, accurate, m[0], lg[0], inv[0])
             if joined:
                 prev = _write_span_joined(xs_all, os_all, bstart, bstart + nb * n, n, op, accurate,
-                                          M, LG, INV, b0 + nb >= r1, prev)
+                                          M, LG, INV, b0 + nb >= r1, prev, d, kept)
                 continue
             k = _write_span(xs_all, os_all, k, bstart, bstart + nb * n, n, op, accurate,
                             M, LG, INV, b0 + nb >= r1)
@@ -991,8 +1030,12 @@ def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n, whole):
             continue
         for i in range(nb):
             os = view(ob, oo[i], n)
-            write_forward(view(xb, xo[i], n), os, 0, n, op, accurate, m[i], lg[i], inv[i],
-                          _row_head(os, n, stream))
+            if kept:
+                write_forward_kept(d, i * n, os, n, op, _second_stat(lg, inv, i, op), _row_head(os, n, stream))
+            else:
+                write_forward(view(xb, xo[i], n), os, 0, n, op, accurate, m[i], lg[i], inv[i],
+                              _row_head(os, n, stream))
+    keep(d)
     keep(offs)
     keep(lanes32)
     keep(scratch)  # alive until here: views are no use of it (_simd.keep)

@@ -105,6 +105,7 @@ __all__ = [
     "chunk_max",
     "chunk_max_lanes",
     "chunk_sum64_lanes",
+    "chunk_sum64_keeping",
     "chunk_sum32_lanes",
     "empty_sum",
     "chunk_stats",
@@ -116,6 +117,8 @@ __all__ = [
     "merge",
     "row_log",
     "write_forward",
+    "forward_kept",
+    "write_forward_kept",
     "chunk_grad_sum",
     "grad_add",
     "grad_sum_vectors",
@@ -519,6 +522,27 @@ def chunk_sum64_lanes(xs, cl, m):
 
 
 @njit(forceinline=True, error_model="numpy")
+def chunk_sum64_keeping(xs, cl, m, d, at):
+    """:func:`chunk_sum64_lanes` that also keeps its exact differences ``x -
+    m``: ``d[at + k] = x[k] - m`` in float64 for ``k < cl``, for
+    :func:`forward_kept` (``d`` holds ``W`` elements of slack past ``at +
+    cl``: a cut-short last vector writes its ``-inf`` lanes there)."""
+    wide_vectors()
+    m64 = np.float64(m)
+    lo = splat(0.0)
+    hi = lo
+    for k in range(0, cl, W):
+        v = vload_n(xs, k, cl - k, _NINF)
+        d0 = lo_f64(v) - m64
+        d1 = hi_f64(v) - m64
+        vstore(d, at + k, d0)
+        vstore(d, at + k + W // 2, d1)
+        lo = lo + exp_f64(d0)
+        hi = hi + exp_f64(d1)
+    return lo + hi
+
+
+@njit(forceinline=True, error_model="numpy")
 def chunk_sum32_lanes(xs, cl, m):
     """:func:`chunk_sum_at`'s fast sum before its tree (float32 vector; ``m >
     -inf``); its float64 widening is the sum."""
@@ -573,6 +597,38 @@ def forward_vec(x, a0, a1, b0, b1, c, d, op, accurate):
     if op == _LSM:
         return (x - c) - d
     return exp_f32(x - c) * d
+
+
+@njit(forceinline=True, error_model="numpy")
+def forward_kept(d, k, b0, b1, op):
+    """:func:`forward_vec`'s accurate arithmetic on the 16 differences ``d[k:k
+    + W] = x - m`` that :func:`chunk_sum64_keeping` kept (``b0``, ``b1``:
+    ``log s`` or ``1/s`` of the low and high 8 lanes): the same values,
+    without converting ``x`` and subtracting ``m`` again."""
+    d0, d1 = vload(d, k), vload(d, k + W // 2)
+    if op == _LSM:
+        return join_f32(d0 - b0, d1 - b1)
+    return join_f32(exp_f64(d0) * b0, exp_f64(d1) * b1)
+
+
+@njit(forceinline=True, error_model="numpy")
+def write_forward_kept(d, at, os, cl, op, b, head):
+    """:func:`write_forward` of a float32 row ``os[:cl]`` from the differences
+    ``d[at:at + cl]`` (:func:`forward_kept`; ``b``: float64 ``log s`` or
+    ``1/s``); ``head`` as there. The same values and stores."""
+    k = 0
+    if head >= 0:
+        h = min(head, cl)
+        while k < h:
+            vstore_n(os, k, forward_kept(d, at + k, b, b, op), h - k)
+            k += W
+        k = h
+        while k + W <= stream_end(os, k, cl):  # a float32 vector: a line
+            vstore_nt(os, k, forward_kept(d, at + k, b, b, op))
+            k += W
+    while k < cl:
+        vstore_n(os, k, forward_kept(d, at + k, b, b, op), cl - k)
+        k += W
 
 
 @njit(forceinline=True, error_model="numpy")
