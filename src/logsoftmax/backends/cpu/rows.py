@@ -622,14 +622,17 @@ KEEP_N = 128
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _batch_logs(s, lg, inv, nb):
-    """``lg = log(s)`` and ``inv = 1/s`` for ``nb`` row sums, 8 per vector
-    (lane-wise the same arithmetic as :func:`.segment.row_log`)."""
+def _batch_logs(s, lg, inv, nb, op):
+    """``lg = log(s)`` (log_softmax) or ``inv = 1/s`` (softmax) for ``nb`` row
+    sums, 8 per vector (lane-wise the same arithmetic as
+    :func:`.segment.row_log`); the other is left as it was, unread."""
     wide_vectors()
     for i in range(0, nb, W // 2):
         v = vload_n(s, i, nb - i, 1.0)
-        vstore_n(lg, i, log_f64(v), nb - i)
-        vstore_n(inv, i, 1.0 / v, nb - i)
+        if op == _LSM:
+            vstore_n(lg, i, log_f64(v), nb - i)
+        else:
+            vstore_n(inv, i, 1.0 / v, nb - i)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -1015,7 +1018,7 @@ def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n, whole):
             m[i] = mx[i]
             if mx[i] == _NINF32:
                 s[i] = empty_sum(view(xb, xo[i], n), n)
-        _batch_logs(s, lg, inv, nb)
+        _batch_logs(s, lg, inv, nb, op)
         if span:
             bstart = (b0 - r0) * n
             if b0 == r0:  # the span's first partial line: ordinary stores
