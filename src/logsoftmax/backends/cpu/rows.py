@@ -609,10 +609,12 @@ SHORT_BATCH_N = 32
 #: half of L1. In-process A/B against the batch loop before (AMD EPYC Zen
 #: 4, LLVM znver4, 2 threads, same bits; ``python
 #: benchmarks/ab_inprocess.py --old <tree> --numpy-out --rounds 15``):
-#: 262144x32 float32 1.08-1.11x over three runs, allocating 1.09x;
-#: 131072x64 1.06-1.08x, allocating 1.06x; 4096x32 (in cache) 1.11-1.12x;
-#: 32768x128 (L3) 0.96-1.33x over four runs, allocating 1.13x (this
-#: machine's spread there: identical code once read 1.19x). Not for the spans whose lines
+#: 262144x32 float32 1.08-1.11x over two runs, allocating 1.09x;
+#: 131072x64 1.08x twice, allocating 1.06x; 4096x32 (in cache) 1.11-1.12x;
+#: 32768x128 (L3) 1.27-1.33x, allocating 1.13x (this machine's spread
+#: there: identical code once read 1.19x). A first form, for the joined
+#: spans only: 262144x32 1.08-1.11x, 131072x64 1.06-1.07x, 32768x128
+#: 0.96-1.03x. Not for the spans whose lines
 #: blend two rows' statistics (:func:`_write_span`: rows that are not 2, 4
 #: or 8 whole vectors, into an output off a line): kept there too,
 #: 174762x48 read 0.82-0.87x and 80000x100 0.93-0.95x, and the loop compiled
