@@ -61,7 +61,6 @@ from .segment import (
     chunk_sum32_lanes,
     chunk_sum64_keeping,
     chunk_sum64_lanes,
-    chunk_sum_at,
     empty_sum,
     forward_kept,
     forward_vec,
@@ -604,9 +603,9 @@ SHORT_BATCH_N = 32
 #: m`` (float64, exact) from the sums to pass 2
 #: (:func:`.segment.chunk_sum64_keeping`, :func:`.segment.forward_kept`):
 #: pass 2 then subtracts ``log s`` from them, where it converted ``x`` to
-#: float64 and subtracted ``m`` again. A batch's differences are :data:`BATCH_MAX` x
-#: :data:`SHORT_BATCH_N` or :data:`BATCH` x ``KEEP_N`` float64, 16 KiB,
-#: half of L1. In-process A/B against the batch loop before (AMD EPYC Zen
+#: float64 and subtracted ``m`` again. A batch's differences are
+#: :data:`BATCH_MAX` x :data:`SHORT_BATCH_N` or :data:`BATCH` x ``KEEP_N``
+#: float64, 16 KiB, half of L1. In-process A/B against the batch loop before (AMD EPYC Zen
 #: 4, LLVM znver4, 2 threads, same bits; ``python
 #: benchmarks/ab_inprocess.py --old <tree> --numpy-out --rounds 15``):
 #: 262144x32 float32 1.08-1.11x over two runs, allocating 1.09x;
@@ -614,12 +613,12 @@ SHORT_BATCH_N = 32
 #: 32768x128 (L3) 1.27-1.33x, allocating 1.13x (this machine's spread
 #: there: identical code once read 1.19x). A first form, for the joined
 #: spans only: 262144x32 1.08-1.11x, 131072x64 1.06-1.07x, 32768x128
-#: 0.96-1.03x. Not for the spans whose lines
-#: blend two rows' statistics (:func:`_write_span`: rows that are not 2, 4
-#: or 8 whole vectors, into an output off a line): kept there too,
-#: 174762x48 read 0.82-0.87x and 80000x100 0.93-0.95x, and the loop compiled
-#: into the batch loop cost the joined rows their gain (262144x32 0.90-0.93x
-#: against this form, the span's loop not taken).
+#: 0.96-1.03x. Not for the spans whose lines blend two rows' statistics
+#: (:func:`_write_span`: rows that are not 2, 4 or 8 whole vectors, into an
+#: output off a line): kept there too, 174762x48 read 0.82-0.87x and
+#: 80000x100 0.93-0.95x, and the loop compiled into the batch loop cost the
+#: joined rows their gain (262144x32 0.90-0.93x against this form, the
+#: span's loop not taken).
 KEEP_N = 128
 
 
@@ -993,7 +992,7 @@ def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n, whole):
     # are 16 KiB at most, in L1 (KEEP_N's doc). Not for the spans that blend
     # two rows' statistics in a vector (_write_span)
     kept = accurate and n <= KEEP_N and (joined or not span)
-    d = np.empty(BATCH_MAX * SHORT_BATCH_N + W if kept else 0)
+    d = np.empty(max(BATCH_MAX * SHORT_BATCH_N, BATCH * KEEP_N) + W if kept else 0)
     for b0 in range(r0, r1, batch):
         nb = min(batch, r1 - b0)
         i1, i2 = _batch_rows(g, i1, i2, nb, n, dense, xo, oo)
