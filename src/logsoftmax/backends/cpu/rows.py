@@ -890,9 +890,9 @@ def _batch_sums(lanes, lanes64, s, nb, accurate):
     by row (AMD EPYC Zen 4, LLVM znver4, 2 threads, numpy ``out=``, same
     bits): 262144x32 float32 1.05x, 32768x128 1.04x, 4096x32 (in cache)
     1.02x, 8192x224 1.00x, bfloat16 262144x32 1.01x. (A diagnostic forward
-    without the trees, its results wrong, had promised 13% on rows of 32:
-    with one lane of each row's result read, LLVM narrows the arithmetic
-    too.)"""
+    without the trees, its results wrong, had promised 13% on rows of 32;
+    its row sums kept all their exponentials in the generated code, and
+    where the rest went is not known: docs/performance.md.)"""
     if accurate:
         for q in range(0, nb, W // 2):
             vstore(s, q, reduce_add_rows(lanes64, q * (W // 2)))
@@ -1018,7 +1018,7 @@ def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n, whole):
         for i in range(nb):  # chunk_sum_at's (m, s), its rows of no max too
             m[i] = mx[i]
             if mx[i] == _NINF32:
-                s[i] = empty_sum(view(xb, xo[i], n), n)
+                s[i] = empty_sum(view(xb, xo[i], n), 0, n)
         _batch_logs(s, lg, inv, nb, op)
         if span:
             bstart = (b0 - r0) * n

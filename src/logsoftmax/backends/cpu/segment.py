@@ -475,24 +475,36 @@ def _sum64(xs, c0, cl, m):
 
 
 @njit(forceinline=True, error_model="numpy")
-def _sum64_lanes(xs, c0, cl, m):
+def _sum64_lanes(xs, c0, cl, m, d=None, at=0):
     """:func:`_sum64` before its tree: the vector of 8 float64 lanes whose
-    :func:`._vec.reduce_add` it is."""
+    :func:`._vec.reduce_add` it is. Given ``d``, it also keeps its exact
+    differences, ``d[at + k] = x[c0 + k] - m`` in float64 for ``k < cl``
+    (for :func:`forward_kept`; ``d`` holds ``W`` elements of slack past ``at
+    + cl``: a cut-short last vector writes its ``-inf`` lanes there)."""
     wide_vectors()
     m64 = np.float64(m)
     lo = splat(0.0)
     hi = lo
     k = 0
     while k + W <= cl:
-        v = vload(xs, c0 + k)
-        lo = lo + exp_f64(lo_f64(v) - m64)
-        hi = hi + exp_f64(hi_f64(v) - m64)
+        lo, hi = _terms64(vload(xs, c0 + k), m64, lo, hi, d, at + k)
         k += W
     if k < cl:
-        v = vload_n(xs, c0 + k, cl - k, _NINF)
-        lo = lo + exp_f64(lo_f64(v) - m64)
-        hi = hi + exp_f64(hi_f64(v) - m64)
+        lo, hi = _terms64(vload_n(xs, c0 + k, cl - k, _NINF), m64, lo, hi, d, at + k)
     return lo + hi
+
+
+@njit(forceinline=True, error_model="numpy")
+def _terms64(v, m64, lo, hi, d, at):
+    """:func:`_sum64_lanes`'s step: the exact differences of ``v``'s 16
+    elements (kept in ``d[at:]`` unless ``d`` is None), their terms added to
+    the running ``lo``, ``hi``."""
+    d0 = lo_f64(v) - m64
+    d1 = hi_f64(v) - m64
+    if d is not None:
+        vstore(d, at, d0)
+        vstore(d, at + W // 2, d1)
+    return lo + exp_f64(d0), hi + exp_f64(d1)
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -508,7 +520,7 @@ def _has_nan(xs, c0, cl):
 def chunk_sum_at(xs, cl, m, accurate):
     """``(m, s_c)`` in float64 for a chunk ``xs[:cl]`` whose max ``m`` is known."""
     if m == _NINF:
-        return -np.inf, (np.nan if _has_nan(xs, 0, cl) else 0.0)
+        return -np.inf, empty_sum(xs, 0, cl)
     if accurate:
         return np.float64(m), _sum64(xs, 0, cl, m)
     return np.float64(m), _sum32(xs, 0, cl, m)
@@ -524,22 +536,8 @@ def chunk_sum64_lanes(xs, cl, m):
 @njit(forceinline=True, error_model="numpy")
 def chunk_sum64_keeping(xs, cl, m, d, at):
     """:func:`chunk_sum64_lanes` that also keeps its exact differences ``x -
-    m``: ``d[at + k] = x[k] - m`` in float64 for ``k < cl``, for
-    :func:`forward_kept` (``d`` holds ``W`` elements of slack past ``at +
-    cl``: a cut-short last vector writes its ``-inf`` lanes there)."""
-    wide_vectors()
-    m64 = np.float64(m)
-    lo = splat(0.0)
-    hi = lo
-    for k in range(0, cl, W):
-        v = vload_n(xs, k, cl - k, _NINF)
-        d0 = lo_f64(v) - m64
-        d1 = hi_f64(v) - m64
-        vstore(d, at + k, d0)
-        vstore(d, at + k + W // 2, d1)
-        lo = lo + exp_f64(d0)
-        hi = hi + exp_f64(d1)
-    return lo + hi
+    m`` in ``d`` from ``at`` (:func:`_sum64_lanes`)."""
+    return _sum64_lanes(xs, 0, cl, m, d, at)
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -550,10 +548,10 @@ def chunk_sum32_lanes(xs, cl, m):
 
 
 @njit(forceinline=True, error_model="numpy")
-def empty_sum(xs, cl):
-    """:func:`chunk_sum_at`'s sum of a chunk whose max is ``-inf``: NaN if it
+def empty_sum(xs, c0, cl):
+    """The sum of a chunk ``xs[c0:c0 + cl]`` whose max is ``-inf``: NaN if it
     holds one, else 0."""
-    return np.nan if _has_nan(xs, 0, cl) else 0.0
+    return np.nan if _has_nan(xs, c0, cl) else 0.0
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -561,7 +559,7 @@ def chunk_stats(xs, c0, cl, accurate):
     """``(m_c, s_c)`` of a chunk, both float64 (module doc)."""
     m = chunk_max(xs, c0, cl)
     if m == _NINF:
-        return -np.inf, (np.nan if _has_nan(xs, c0, cl) else 0.0)
+        return -np.inf, empty_sum(xs, c0, cl)
     if accurate:
         return np.float64(m), _sum64(xs, c0, cl, m)
     return np.float64(m), _sum32(xs, c0, cl, m)
