@@ -599,15 +599,33 @@ FETCH_BYTES = 1 << 22
 #: 262144x32 gained 1.07-1.10x
 BATCH_MAX = 64
 SHORT_BATCH_N = 32
+#: ... and of the rest of the forward's rows of up to
+#: :data:`SHORT_BATCH_MAX_N` elements, except the rows that keep their
+#: differences (:data:`KEEP_N`), whose batch stays within
+#: :data:`KEPT_ELEMENTS`: a batch's phases (max trees,
+#: sums, logs, writes) end in chains of latency that more rows a batch
+#: overlap better. In-process A/B against 16 (AMD EPYC Zen 4, LLVM znver4,
+#: 2 threads, numpy ``out=``, same bits; ``python
+#: benchmarks/ab_inprocess.py --old <tree> --numpy-out --rounds 15``):
+#: 64x3x224x224 axis 3 1.01-1.03x, 8x16x384x384 axis 3 1.02x,
+#: 32x16x250x250 axis 3 1.03x, 16384x256 1.08x, 80000x100 1.05-1.06x,
+#: 131072x64 (kept) 1.03x, 174762x48 1.00x; 64 rows lost it again
+#: (8x16x384x384 1.00x, 16384x256 0.98x), and 32768x128 kept at 32 rows (32
+#: KiB of differences, all of L1) read 0.97x. Longer rows stay at
+#: :data:`BATCH` (32 KiB of float32 a batch at most): 8x16x384x384 read
+#: 0.99-1.02x at 32 rows, 8192x512 0.96x, and a batch of 32 rows of 4096
+#: would be 512 KiB, half of L2, with the next batch's fetched beside it.
+SHORT_BATCH = 32
+SHORT_BATCH_MAX_N = 256
 #: accurate rows of up to ``KEEP_N`` elements keep their differences ``x -
 #: m`` (float64, exact) from the sums to pass 2
 #: (:func:`.segment.chunk_sum64_keeping`, :func:`.segment.forward_kept`):
 #: pass 2 then subtracts ``log s`` from them, where it converted ``x`` to
 #: float64 and subtracted ``m`` again. A batch's differences are
-#: :data:`BATCH_MAX` x :data:`SHORT_BATCH_N` or :data:`BATCH` x ``KEEP_N``
-#: float64, 16 KiB, half of L1. In-process A/B against the batch loop before (AMD EPYC Zen
-#: 4, LLVM znver4, 2 threads, same bits; ``python
-#: benchmarks/ab_inprocess.py --old <tree> --numpy-out --rounds 15``):
+#: :data:`KEPT_ELEMENTS` float64 at most, 16 KiB, half of L1. In-process
+#: A/B against the batch loop before (AMD EPYC Zen 4, LLVM znver4, 2
+#: threads, same bits; ``python benchmarks/ab_inprocess.py --old <tree>
+#: --numpy-out --rounds 15``):
 #: 262144x32 float32 1.08-1.11x over two runs, allocating 1.09x;
 #: 131072x64 1.08x twice, allocating 1.06x; 4096x32 (in cache) 1.11-1.12x;
 #: 32768x128 (L3) 1.27-1.33x, allocating 1.13x (this machine's spread
@@ -620,6 +638,9 @@ SHORT_BATCH_N = 32
 #: joined rows their gain (262144x32 0.90-0.93x against this form, the
 #: span's loop not taken).
 KEEP_N = 128
+#: elements of a batch of rows that keep their differences (16 KiB of
+#: float64): 64 rows of 32, 32 of 64, 16 of 128
+KEPT_ELEMENTS = BATCH_MAX * SHORT_BATCH_N
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -867,6 +888,18 @@ def forward_short(xb, ob, g, op, accurate, r0, r1):
 
 
 @njit(forceinline=True, error_model="numpy")
+def _batch_rows_for(n, kept):
+    """Rows a batch of :func:`_forward_short_rows` for rows of ``n``
+    elements (``kept``: they keep their differences), at most
+    :data:`BATCH_MAX` (:data:`SHORT_BATCH`'s doc has the measurements)."""
+    if n <= SHORT_BATCH_N:
+        return BATCH_MAX
+    if kept:
+        return min(SHORT_BATCH, KEPT_ELEMENTS // n)
+    return SHORT_BATCH if n <= SHORT_BATCH_MAX_N else BATCH
+
+
+@njit(forceinline=True, error_model="numpy")
 def _batch_max(lanes, mx, nb):
     """``mx[i]``: the max of row ``i < nb`` from its vector ``lanes[i W:(i +
     1) W]`` (:func:`.segment.chunk_max_lanes`), W rows a tree
@@ -956,7 +989,6 @@ def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n, whole):
     # batch's last row (for the span's line shared with it); handed out as
     # views without an owner, since a reference taken or dropped is an
     # atomic update, which waits for every streaming store in flight
-    batch = BATCH_MAX if n <= SHORT_BATCH_N else BATCH
     B1 = BATCH_MAX + 1
     scratch = np.empty(4 * B1 + BATCH_MAX * W // 2)
     M, S, LG, INV = view(scratch, 0, B1), view(scratch, B1, B1), view(scratch, 2 * B1, B1), view(scratch, 3 * B1, B1)
@@ -992,7 +1024,8 @@ def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n, whole):
     # are 16 KiB at most, in L1 (KEEP_N's doc). Not for the spans that blend
     # two rows' statistics in a vector (_write_span)
     kept = accurate and n <= KEEP_N and (joined or not span)
-    d = np.empty(max(BATCH_MAX * SHORT_BATCH_N, BATCH * KEEP_N) + W if kept else 0)
+    d = np.empty(KEPT_ELEMENTS + W if kept else 0)
+    batch = _batch_rows_for(n, kept)
     for b0 in range(r0, r1, batch):
         nb = min(batch, r1 - b0)
         i1, i2 = _batch_rows(g, i1, i2, nb, n, dense, xo, oo)
