@@ -1576,6 +1576,92 @@ def test_unpair_puts_pair_order_lanes_back():
         assert np.array_equal(o64, want)
 
 
+def test_exp_f32_16bit_accuracy_and_range():
+    """The 16-bit backward's ``e**dst`` (``_math.exp_f32_16bit``): the
+    arithmetic of ``exp_f32_sum`` for any ``x``, within ``1.5e-7 e**x +
+    7.3e-8 |x| e**x`` up to the overflow, inf past it, 0 at ``-inf``."""
+    from logsoftmax.backends.cpu._math import exp_f32_16bit
+    from logsoftmax.backends.cpu._simd import wide_vectors
+    from logsoftmax.backends.cpu._vec import W, vload, vstore
+
+    @numba.njit(error_model="numpy")
+    def apply(x, out):
+        wide_vectors()
+        for k in range(0, x.size, W):
+            vstore(out, k, exp_f32_16bit(vload(x, k)))
+
+    x = np.linspace(-87, 88.7, 400_000).astype(np.float32)
+    got = np.empty_like(x)
+    apply(x, got)
+    ref = np.exp(x.astype(np.longdouble))
+    err = np.abs(got.astype(np.longdouble) - ref) / ref
+    assert (err <= 1.5e-7 + 7.3e-8 * np.abs(x)).all()
+    special = np.array([0.0, -np.inf, np.inf, np.nan, 88.8, 100.0, 1e30, -110.0] * 2, np.float32)
+    got = np.empty_like(special)
+    apply(special, got)
+    assert got[0] == 1 and got[1] == 0 and np.isposinf(got[2]) and np.isnan(got[3])
+    assert np.isposinf(got[4:7]).all() and got[7] == 0
+
+
+def _backward_by_formula(dd, y, half):
+    """``dd - e**y * S`` per element, ``S`` the row's exact ``sum(dd)``
+    rounded to float32, by one FMA with the float32 ``exp`` that the fast
+    path uses for a 16-bit result (``half``) or a float32 one."""
+    from logsoftmax.backends.cpu._math import exp_f32, exp_f32_16bit
+    from logsoftmax.backends.cpu._simd import wide_vectors
+    from logsoftmax.backends.cpu._vec import W, vfma, vload, vstore
+
+    @numba.njit(error_model="numpy")
+    def apply(d, yv, ns, out):
+        wide_vectors()
+        for k in range(0, d.size, W):
+            e = exp_f32_16bit(vload(yv, k)) if half else exp_f32(vload(yv, k))
+            vstore(out, k, vfma(e, vload(ns, k), vload(d, k)))
+
+    d32, y32 = dd.astype(np.float32).ravel(), y.astype(np.float32).ravel()
+    s = np.sum(dd.astype(np.float64), axis=-1, keepdims=True)  # its float32 rounding: the kernels
+    ns = np.broadcast_to(-s.astype(np.float32), dd.shape).ravel().copy()
+    out = np.empty_like(d32)
+    apply(d32, y32, ns, out)
+    return out.reshape(dd.shape).astype(dd.dtype)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16, F16])
+@pytest.mark.parametrize("shape, axis", [((256, 1008), -1), ((32, 8016), -1), ((1008, 256), 0)])
+def test_fast_backward_takes_the_exp_of_its_result_precision(dtype, shape, axis):
+    """The fast backward (float32 rows longer than ``SHORT_BACKWARD``, every
+    16-bit row) computes ``d - e**y * S`` with ``exp_f32`` for float32
+    results and ``exp_f32_16bit`` for 16-bit ones, in every kernel: rows,
+    long rows, columns (16-bit data into a float32 output takes
+    ``exp_f32``: ``test_bfloat16_sums_in_pair_order_give_the_float32_sums``).
+    Bit for bit against the formula (float32 ``S`` exact; whole vectors).
+    The two exponentials differ by up to ~10 float32 ulps, which
+    moves some of these 16-bit results (and many float32 ones) by an ulp:
+    the formula with the other ``exp`` does not match."""
+    # dd: one value in [256, 1024) a row and small ones after it (|dd| <
+    # 2**-10), so that dx = dd - e**y S there is mostly the exp's term and
+    # carries its error; y in [-12, -2], where the two exps differ the most
+    # (a 16-bit y takes a few hundred values there: the small dd vary the
+    # results)
+    rng = np.random.default_rng(31)
+    y = rng.uniform(-12, -2, shape).astype(dtype)
+    dd = rng.uniform(-2.0**-10, 2.0**-10, shape).astype(dtype)
+    if axis == 0:
+        dd[0] = rng.uniform(256, 1024, shape[1])
+    else:
+        dd[:, 0] = rng.uniform(256, 1024, shape[0])
+    got = logsoftmax.log_softmax_backward(dd, y, axis)
+    half = dtype != F32
+    if axis == 0:
+        want = _backward_by_formula(dd.T, y.T, half).T
+        other = _backward_by_formula(dd.T, y.T, not half).T
+    else:
+        want = _backward_by_formula(dd, y, half)
+        other = _backward_by_formula(dd, y, not half)
+    assert np.array_equal(bits(got), bits(want))
+    assert not np.array_equal(bits(got), bits(other))
+
+
 def test_bfloat16_pairs_use_the_paired_hardware_rounding():
     """An all-bfloat16 pass rounds its two vectors with one
     ``vcvtne2ps2bf16`` where the CPU has AVX512_BF16."""
@@ -1961,7 +2047,8 @@ _AVX2_ASM = """
 import hashlib, re, sys
 import numpy as np
 from numba import njit
-from logsoftmax.backends.cpu._math import exp_f32, exp_f32_sum, exp_f64, exp_f64_any, exp_f64_ulp, log_f64
+from logsoftmax.backends.cpu._math import (exp_f32, exp_f32_16bit, exp_f32_sum, exp_f64, exp_f64_any,
+                                           exp_f64_ulp, log_f64)
 from logsoftmax.backends.cpu._simd import wide_vectors
 from logsoftmax.backends.cpu._vec import W, vload, vstore
 
@@ -1977,8 +2064,8 @@ def kernel(fn, step):
 grid = np.r_[np.linspace(-800, 800, 40001), -745.2, -708.4, -103.3, -87.4, 88.8, 709.79,
              np.ldexp(1.0, np.arange(-1074, 1024, 7)), 0.0, -0.0, np.inf, -np.inf, np.nan]
 grid = np.r_[grid, np.zeros(-len(grid) % 16)]
-for fn, dt in ((exp_f32, np.float32), (exp_f32_sum, np.float32), (exp_f64, np.float64),
-               (exp_f64_any, np.float64), (exp_f64_ulp, np.float64), (log_f64, np.float64)):
+for fn, dt in ((exp_f32, np.float32), (exp_f32_sum, np.float32), (exp_f32_16bit, np.float32),
+               (exp_f64, np.float64), (exp_f64_any, np.float64), (exp_f64_ulp, np.float64), (log_f64, np.float64)):
     k = kernel(fn, W if dt == np.float32 else W // 2)
     a = grid.astype(dt)
     o = np.empty_like(a)
@@ -2011,7 +2098,8 @@ def test_avx2_build_keeps_the_math_in_vectors():
 
     avx2 = run(env)
     native = run({**os.environ, "NUMBA_DISABLE_CACHE": "1"})
-    assert [ln[0] for ln in avx2] == ["exp_f32", "exp_f32_sum", "exp_f64", "exp_f64_any", "exp_f64_ulp", "log_f64"]
+    assert [ln[0] for ln in avx2] == ["exp_f32", "exp_f32_sum", "exp_f32_16bit", "exp_f64", "exp_f64_any",
+                                      "exp_f64_ulp", "log_f64"]
     for (name, scalar, zmm, ymm, digest), mine in zip(avx2, native):
         assert (scalar, zmm, ymm) == ("0", "False", "True"), (name, scalar, zmm, ymm)
         assert digest == mine[4], name

@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import Op
-from ._math import exp_f32, exp_f32_sum, exp_f64, exp_f64_any, log_f64
+from ._math import exp_f32, exp_f32_16bit, exp_f32_sum, exp_f64, exp_f64_any, log_f64
 from ._simd import I0, TRUE, view, wide_vectors
 from ._vec import (
     W,
@@ -1286,9 +1286,10 @@ def _tile_grad_sum(db, pd, dsn, yb, py, ysn, cl, jn, op, acc64, sc, J):
 
 
 @njit(forceinline=True, error_model="numpy")
-def _grad_vec(d, y, sl, sh, sa, op, accurate):
+def _grad_vec(d, y, sl, sh, sa, op, accurate, half):
     """Pass 2 of the backward on one vector of a tile row, from loaded
-    column statistics: float64 ``sl``, ``sh`` (accurate), float32 ``sa``."""
+    column statistics: float64 ``sl``, ``sh`` (accurate), float32 ``sa``;
+    ``half``: the output is 16-bit (:func:`.segment.backward_vec`)."""
     if accurate:
         if op == _LSM:
             return join_f32(
@@ -1297,7 +1298,7 @@ def _grad_vec(d, y, sl, sh, sa, op, accurate):
             )
         return join_f32(lo_f64(y) * (lo_f64(d) - sl), hi_f64(y) * (hi_f64(d) - sh))
     if op == _LSM:
-        return vfma(exp_f32(y), -sa, d)
+        return vfma(exp_f32_16bit(y) if half else exp_f32(y), -sa, d)
     return y * (d - sa)
 
 
@@ -1314,16 +1315,19 @@ def _tile_grad_write(db, pd, dsn, yb, py, ysn, ob, q, qsn, cl, jn, op, accurate,
         j, end = _row_stream(ob, po, qsn, jn, stream)
         for i in range(0, j, W):  # the ordinary head
             g_ = _grad_vec(vload_n(db, pdk + i, j - i, _ZERO), vload_n(yb, pyk + i, j - i, _ZERO),
-                           vload(s, i), vload(s, i + W // 2), vload(sa, i), op, accurate)
+                           vload(s, i), vload(s, i + W // 2), vload(sa, i), op, accurate,
+                           ob.itemsize == 2)
             vstore_n(ob, po + i, g_, j - i)
         while j < end:
             g_ = _grad_vec(vload(db, pdk + j), vload(yb, pyk + j),
-                           vload(s, j), vload(s, j + W // 2), vload(sa, j), op, accurate)
+                           vload(s, j), vload(s, j + W // 2), vload(sa, j), op, accurate,
+                           ob.itemsize == 2)
             vstore_nt(ob, po + j, g_)
             j += W
         while j < jn:
             g_ = _grad_vec(vload_n(db, pdk + j, jn - j, _ZERO), vload_n(yb, pyk + j, jn - j, _ZERO),
-                           vload(s, j), vload(s, j + W // 2), vload(sa, j), op, accurate)
+                           vload(s, j), vload(s, j + W // 2), vload(sa, j), op, accurate,
+                           ob.itemsize == 2)
             vstore_n(ob, po + j, g_, jn - j)
             j += W
 

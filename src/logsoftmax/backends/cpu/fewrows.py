@@ -415,7 +415,7 @@ def _backward_kernel(many):
                             prefetch_l2(db, pd + j + BLOCK * W)
                             prefetch_l2(yb, py + j + BLOCK * W)
                         v = _grad_vec(vload(db, pd + j), vload(yb, py + j), vload(sb, j), vload(sb, j + W // 2),
-                                      vload(sa, j), op, accurate)
+                                      vload(sa, j), op, accurate, ob.itemsize == 2)
                         if stream and address(ob, q + j) % (W * ob.itemsize) == 0:
                             vstore_nt(ob, q + j, v)
                         else:
@@ -423,7 +423,8 @@ def _backward_kernel(many):
                     if full < bn:
                         d = vload_n(db, pd + full, bn - full, _ZERO)
                         y = vload_n(yb, py + full, bn - full, _ZERO)
-                        v = _grad_vec(d, y, vload(sb, full), vload(sb, full + W // 2), vload(sa, full), op, accurate)
+                        v = _grad_vec(d, y, vload(sb, full), vload(sb, full + W // 2), vload(sa, full), op,
+                                      accurate, ob.itemsize == 2)
                         vstore_n(ob, q + full, v, bn - full)
         if stream:
             sfence()

@@ -355,7 +355,7 @@ def _write_joined_backward(db, yb, ob, at, t, op, s_prev, s):
         ns32 = where(first, splat(np.float32(-s_prev)), splat(np.float32(-s)))
         d = vload(db, at[0] - t + q)
         y = vload(yb, at[1] - t + q)
-        vstore_nt(ob, at[2] - t + q, backward_vec(d, y, op, ns32, s32))
+        vstore_nt(ob, at[2] - t + q, backward_vec(d, y, op, ns32, s32, ob.itemsize == 2))
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -523,7 +523,8 @@ def _backward_span(db, yb, ob, g, op, r0, r1):
         while k < kb:  # lines holding the row before's end and this row's start
             f = lanes_below(start - k)
             g_ = backward_vec(vload(ds_all, k), vload(ys_all, k), op,
-                              where(f, splat(nsb), splat(ns32)), where(f, splat(sb), splat(s32)))
+                              where(f, splat(nsb), splat(ns32)), where(f, splat(sb), splat(s32)),
+                              os_all.itemsize == 2)
             vstore_nt(os_all, k, g_)
             k += W
         if r < rows:  # and sum row r meanwhile

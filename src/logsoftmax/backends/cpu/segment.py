@@ -61,7 +61,7 @@ import numpy as np
 from numba import njit
 
 from .. import Op
-from ._math import exp_f32, exp_f32_sum, exp_f64, exp_f64_any, log_f64
+from ._math import exp_f32, exp_f32_16bit, exp_f32_sum, exp_f64, exp_f64_any, log_f64
 from ._simd import wide_vectors
 from ._vec import (
     W,
@@ -890,7 +890,7 @@ def stream_backward(ds, ys, os, a, e, op, ns32, s32):
         # here, and pairs made them slower: in-process A/B, AMD EPYC, LLVM
         # znver4, same bits, 200000x20 0.92x, 174763x24 0.89x; the vocabulary
         # rows' pairs are in _grad_steps_writing)
-        vstore_nt(os, a, backward_vec(vload(ds, a), vload(ys, a), op, ns32, s32))
+        vstore_nt(os, a, backward_vec(vload(ds, a), vload(ys, a), op, ns32, s32, os.itemsize == 2))
         a += W
     return a
 
@@ -915,8 +915,8 @@ def _grad_steps_writing(ds, ys, c0, end, op, pd, py, os, lo, e, nt, ns32, s32, f
         a0, a1, a2, a3 = _grad_step(ds, ys, k, op, a0, a1, a2, a3, far, paired)
         if k > c0:
             _put_pair(os, j - 2 * W, g0, g1, nt, (pd, py, os))
-        g0 = backward_vec(d0, y0, op, ns32, s32)
-        g1 = backward_vec(d1, y1, op, ns32, s32)
+        g0 = backward_vec(d0, y0, op, ns32, s32, os.itemsize == 2)
+        g1 = backward_vec(d1, y1, op, ns32, s32, os.itemsize == 2)
         k += 2 * W
     j = lo + (k - c0)
     if k > c0:
@@ -930,7 +930,7 @@ def store_backward(ds, ys, os, a, b, op, ns32, s32):
     while a < b:
         d = vload_n(ds, a, b - a, _ZERO)
         y = vload_n(ys, a, b - a, _ZERO)
-        vstore_n(os, a, backward_vec(d, y, op, ns32, s32), b - a)
+        vstore_n(os, a, backward_vec(d, y, op, ns32, s32, os.itemsize == 2), b - a)
         a += W
 
 
@@ -952,6 +952,7 @@ def write_backward(ds, ys, os, c0, cl, op, accurate, s, head=-1):
         return
     ns32 = np.float32(-s)
     s32 = np.float32(s)
+    half = os.itemsize == 2
     if head >= 0:
         k = min(c0 + head, end)
         store_backward(ds, ys, os, c0, k, op, ns32, s32)
@@ -962,20 +963,27 @@ def write_backward(ds, ys, os, c0, cl, op, accurate, s, head=-1):
             prefetch_w(os, k + 17 * W)
             d0, d1 = vload_pair(ds, k, (ds, ys, os))
             y0, y1 = vload_pair(ys, k, (ds, ys, os))
-            vstore_pair(os, k, backward_vec(d0, y0, op, ns32, s32), backward_vec(d1, y1, op, ns32, s32),
-                        (ds, ys, os))
+            vstore_pair(os, k, backward_vec(d0, y0, op, ns32, s32, half),
+                        backward_vec(d1, y1, op, ns32, s32, half), (ds, ys, os))
             k += 2 * W
         if k + W <= end:
-            vstore(os, k, backward_vec(vload(ds, k), vload(ys, k), op, ns32, s32))
+            vstore(os, k, backward_vec(vload(ds, k), vload(ys, k), op, ns32, s32, half))
             k += W
     store_backward(ds, ys, os, k, end, op, ns32, s32)
 
 
 @njit(forceinline=True, error_model="numpy")
-def backward_vec(d, y, op, ns32, s32):
-    """Fast-path pass 2 of the backward on one vector."""
+def backward_vec(d, y, op, ns32, s32, half):
+    """Fast-path pass 2 of the backward on one vector: ``d - e**y * S`` (one
+    FMA; ``ns32 = -S``) or ``y * (d - S)``. ``half`` (a constant of the
+    compile: the output buffer is 16-bit, whatever the inputs): ``e**y`` by
+    :func:`._math.exp_f32_16bit` (8 operations per 16 lanes, its error
+    2**-15 of a float16 ulp) instead of :func:`._math.exp_f32` (14, within
+    1 ulp, for float32 results). In-process A/B, AMD EPYC Zen 4 (LLVM
+    znver4), 2 threads, numpy ``out=``: docs/performance.md's fifteenth
+    Zen 4 section."""
     if op == _LSM:
-        return vfma(exp_f32(y), ns32, d)
+        return vfma(exp_f32_16bit(y) if half else exp_f32(y), ns32, d)
     return y * (d - s32)
 
 

@@ -380,7 +380,8 @@ def backward_strips(db, yb, ob, g, op, accurate, s0, s1, h, stream, acc):
                         y = vload(yb, pyb + k * ysn)
                         lo = lo + lo_f64(d) * lo_f64(y)
                         hi = hi + hi_f64(d) * hi_f64(y)
-                    v = _grad_vec(vload(db, pdc + r * dsn), vload(yb, pyc + r * ysn), sl, sh, sa, op, accurate)
+                    v = _grad_vec(vload(db, pdc + r * dsn), vload(yb, pyc + r * ysn), sl, sh, sa, op, accurate,
+                                  ob.itemsize == 2)
                     _store_row(ob, qc + r * osn, v, stream, qp + r * osn)
                     r += 1
                 vstore(acc, lane_ * W, lo)
@@ -394,7 +395,7 @@ def backward_strips(db, yb, ob, g, op, accurate, s0, s1, h, stream, acc):
                         lo, hi = grad_add(lo, hi, db, pdb + k * dsn, yb, pyb + k * ysn, wb, op)
                     if wc > 0 and c >= s0:
                         v = _grad_vec(vload_n(db, pdc + k * dsn, wc, _ZERO), vload_n(yb, pyc + k * ysn, wc, _ZERO),
-                                      sl, sh, sa, op, accurate)
+                                      sl, sh, sa, op, accurate, ob.itemsize == 2)
                         if stream and wc == W:
                             vstore_nt(ob, qc + k * osn, v)
                         else:

@@ -552,12 +552,13 @@ def _forward_tiny_rows(xb, ob, g, op, accurate, r0, r1, n):
 # backward
 # ---------------------------------------------------------------------------
 @njit(forceinline=True, error_model="numpy")
-def _backward_batch(dt, yt, gt, n, op, accurate, acc64):
+def _backward_batch(dt, yt, gt, n, op, accurate, acc64, half):
     """Backward of the transposed batch (``dt``: ``diff_dst``, ``yt``:
     ``dst``) into ``gt``: :func:`.segment.chunk_grad_sum`'s float64 terms
     (``0 + t``: its lanes start at 0; for a row of up to 16 the ``+ 0`` of
     the empty lanes ``l + 16`` changes no bit and is left out) in its lane
-    tree, then :func:`.segment.write_backward`."""
+    tree, then :func:`.segment.write_backward` (``half``: the output is
+    16-bit, :func:`.segment.backward_vec`)."""
     wide_vectors()
     kl = W if n <= W else 2 * W
     for k in range(kl):
@@ -586,7 +587,7 @@ def _backward_batch(dt, yt, gt, n, op, accurate, acc64):
         if accurate:
             vstore(gt, k * W, backward_vec64(d, y, op, s_lo, s_hi))
         else:
-            vstore(gt, k * W, backward_vec(d, y, op, ns32, s32))
+            vstore(gt, k * W, backward_vec(d, y, op, ns32, s32, half))
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -617,7 +618,7 @@ def backward_tiny(db, yb, ob, g, op, accurate, r0, r1):
             _ahead(ob, g, 2, i1, i2, n, True)
         _load_batch(db, g, 0, i1, i2, nb, n, run, dt, idx, net, dense)
         _load_batch(yb, g, 1, i1, i2, nb, n, run, yt, idx, net, dense)
-        _backward_batch(dt, yt, gt, n, op, accurate, acc64)
+        _backward_batch(dt, yt, gt, n, op, accurate, acc64, ob.itemsize == 2)
         _store_batch(ob, g, 2, i1, i2, nb, n, gt, run, idx, net, dense)
         for _ in range(nb):
             i1, i2 = next_row(g, i1, i2)
