@@ -2196,6 +2196,35 @@ def test_fault_in_touch_maps_a_fresh_pool_result_which_is_private_memory():
     alloc.clear_pool()
 
 
+def test_pooled_float32_column_results_start_at_their_inputs_phase():
+    """An allocating call's pooled float32 result of the column tiles (a
+    strided reduction axis) starts as far into a 64-byte line as its input
+    (``alloc.line_phase``: the tiles align their vectors to the output's
+    lines, and a load at another phase straddles two); row kernels' results
+    and 16-bit ones start on a line."""
+    from logsoftmax.backends.cpu import alloc
+
+    shape = (16, 64, 32, 32)  # 4 MiB of float32: the pool's smallest
+    n = int(np.prod(shape))
+    raw = np.empty(n * 4 + 128, np.uint8)
+    for phase in (0, 16, 32, 48):
+        off = (phase - raw.ctypes.data) % 64
+        x = raw[off : off + n * 4].view(F32).reshape(shape)
+        x[...] = np.random.default_rng(phase).standard_normal(shape)
+        assert x.ctypes.data % 64 == phase
+        y = logsoftmax.log_softmax(x, 1)
+        assert y.ctypes.data % 64 == phase
+        assert np.array_equal(bits(y), bits(logsoftmax.log_softmax(x, 1, out=np.empty_like(x))))
+        g = logsoftmax.log_softmax_backward(x, y, 1)
+        assert g.ctypes.data % 64 == phase
+        assert logsoftmax.log_softmax(x, -1).ctypes.data % 64 == 0  # rows
+        x16 = np.concatenate([x, x]).astype(BF16)  # 4 MiB: pooled
+        assert logsoftmax.log_softmax(x16, 1).ctypes.data % 64 == 0  # 16-bit
+        assert alloc.empty_like(x, F32, phased=True).ctypes.data % 64 == phase
+    del x, y, g, x16
+    alloc.clear_pool()
+
+
 def _check_touched_pool_result(a, touch):
     from logsoftmax.backends.cpu import alloc
 

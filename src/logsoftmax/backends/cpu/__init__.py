@@ -222,10 +222,16 @@ def _runner(lay, kernel, dtype):
     """``run(*inputs, out)``: allocate the result unless ``out`` is given,
     make the flat views and run ``kernel(*buffers, geometry)`` once per
     Python-level loop index of the layout (usually once)."""
+    # a float32 result of the column tiles starts at its input's phase in a
+    # line (alloc.line_phase; the plan's input dtype is fixed, so is this)
+    phased = lay.inner and np.dtype(dtype).itemsize == 4
 
     def run(*args):
         *inputs, out = args
-        res = alloc.empty_like(inputs[0], dtype) if out is None else out
+        if out is None:
+            res = alloc.empty_like(inputs[0], dtype, phased and inputs[0].itemsize == 4)
+        else:
+            res = out
         # big outputs are streamed (constants of alloc: _k() costs ~1 us a
         # call; the smaller threshold first, so small calls skip the lookup)
         if res.nbytes >= alloc.STREAM_BYTES_F32_AMD and res.nbytes >= alloc.stream_bytes(res.itemsize, not lay.inner):

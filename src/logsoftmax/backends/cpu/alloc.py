@@ -48,6 +48,7 @@ __all__ = [
     "clear_pool",
     "pooled_bytes",
     "fault_in",
+    "line_phase",
     "STREAM_BYTES",
     "STREAM_BYTES_F32_AMD",
     "stream_line",
@@ -141,11 +142,12 @@ def _give_back(buf: mmap.mmap) -> None:
             _kept += cap
 
 
-def _pooled(nbytes: int, dtype: np.dtype) -> np.ndarray:
-    """A flat array of ``nbytes // itemsize`` elements on a pooled buffer."""
-    cap = -(-nbytes // _GRAIN) * _GRAIN
+def _pooled(nbytes: int, dtype: np.dtype, offset: int = 0) -> np.ndarray:
+    """A flat array of ``nbytes // itemsize`` elements on a pooled buffer,
+    starting ``offset < 64`` bytes into it."""
+    cap = -(-(nbytes + offset) // _GRAIN) * _GRAIN
     buf = _take(cap)
-    owner = (ctypes.c_char * nbytes).from_buffer(buf)
+    owner = (ctypes.c_char * nbytes).from_buffer(buf, offset)
     # every view of the array keeps `owner` alive; when the last one goes,
     # the buffer returns to the pool (the finalizer holds `buf`, not `owner`)
     # not at exit: results still alive then (their buffers exported) would
@@ -154,12 +156,15 @@ def _pooled(nbytes: int, dtype: np.dtype) -> np.ndarray:
     return np.frombuffer(owner, dtype)
 
 
-def empty_like(x: np.ndarray, dtype) -> np.ndarray:
+def empty_like(x: np.ndarray, dtype, phased: bool = False) -> np.ndarray:
     """An uninitialised result of ``x``'s shape and memory order, of ``dtype``.
 
     Args:
       x: the input (any strides).
       dtype: numpy dtype of the result.
+      phased: a pooled result starts as far into a 64-byte line as ``x``
+        does (:func:`line_phase`: for the kernels that reduce across a
+        strided axis), else on a line (for the row kernels).
 
     Returns:
       A new writeable array, ``x.shape``, ``dtype``, compact, in ``x``'s
@@ -170,13 +175,37 @@ def empty_like(x: np.ndarray, dtype) -> np.ndarray:
     nbytes = x.size * dtype.itemsize
     if nbytes < POOL_MIN or _limit <= 0:
         return np.empty_like(x, dtype=dtype, order="K")
-    flat = _pooled(nbytes, dtype)
+    flat = _pooled(nbytes, dtype, line_phase(x, dtype.itemsize) if phased else 0)
     if x.flags.c_contiguous:
         return flat.reshape(x.shape)
     # x's axes from the largest stride to the smallest (numpy's order='K')
     order = sorted(range(x.ndim), key=lambda a: (-abs(x.strides[a]), a))
     arranged = flat.reshape([x.shape[a] for a in order])
     return arranged.transpose(np.argsort(order))
+
+
+def line_phase(x: np.ndarray, itemsize: int) -> int:
+    """Bytes into a 64-byte line at which a phased pooled result of
+    ``itemsize`` elements starts (:func:`empty_like`): as many elements in
+    as ``x``'s first element is.
+
+    Why: the column tiles (a reduction across a strided axis) align their
+    vectors to the output's lines, so an input at another phase has every
+    64-byte vector load straddle two lines. numpy's big arrays start 16
+    bytes past a line (glibc's chunk header), the pool's buffers on one:
+    NCHW 64x64x56x56 float32 (axis 1) took 5.7-6.8 ms allocating against
+    3.8 into a numpy ``out=`` (AMD EPYC Zen 4, 2 threads, one process,
+    three runs). In-process A/B of the allocating call, phased against on
+    a line (``python benchmarks/ab_inprocess.py --old <tree> --allocating
+    --rounds 11``, same bits): 64x64x56x56 axis 1 1.45x, 64x64x112x112
+    axis 1 1.16x, float16 8x16x384x384 axis 2 1.01x, 1000x65536 axis 0
+    1.00x; the backward, 64x64x56x56 axis 1, 2.63-2.69x. Float32 only:
+    16-bit data read bfloat16 64x64x56x56 backward 0.93-0.96x, forward
+    0.99-1.00x, float16 8x16x384x384 axis 2 0.94-0.97x (a 16-bit vector is
+    half a line). The row kernels want their output on a line (whole lines
+    a row, streamed): phased, 131072x64 read 0.94x, 262144x32 0.96-0.97x,
+    32x16x250x250 axis 3 0.96-0.98x, so they keep it."""
+    return (x.__array_interface__["data"][0] % 64) // x.itemsize * itemsize % 64
 
 
 # ---------------------------------------------------------------------------
