@@ -2180,6 +2180,33 @@ def test_pooled_results_freed_past_the_limit_or_alive_at_exit_print_nothing():
     assert "Exception ignored" not in run.stderr and "BufferError" not in run.stderr, run.stderr
 
 
+def test_a_full_pool_keeps_the_newest_freed_result():
+    """A result freed into a full pool stays there, the buffers freed
+    longest ago unmapped to make room: the next call of its size reuses it
+    (a pool filled by other sizes once mapped and faulted in every call of
+    a new size), whatever the result's phase in a line."""
+    code = (
+        "import numpy as np, logsoftmax\n"
+        "from logsoftmax.backends.cpu import alloc\n"
+        "M = 1 << 20\n"
+        "small, big = np.ones((64, 32768), np.float32), np.ones((96, 32768), np.float32)\n"
+        "held = [logsoftmax.log_softmax(small) for _ in range(2)]  # 8 MiB: 10 MiB buffers\n"
+        "del held\n"
+        "assert alloc.pooled_bytes() == 20 * M, alloc.pooled_bytes()\n"
+        "y = logsoftmax.log_softmax(big); del y  # 12 MiB: a 14 MiB buffer, both others out\n"
+        "assert alloc.pooled_bytes() == 14 * M, alloc.pooled_bytes()\n"
+        "y = logsoftmax.log_softmax(big)\n"
+        "assert alloc.pooled_bytes() == 0\n"
+        "z = logsoftmax.log_softmax(big.reshape(96, 32, 1024), 1); del y, z  # phased, one class\n"
+        "assert alloc.pooled_bytes() == 14 * M, alloc.pooled_bytes()\n"
+    )
+    env = {**os.environ, "LOGSOFTMAX_POOL_LIMIT": str(20 << 20)}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert run.returncode == 0, run.stderr
+    assert "Exception ignored" not in run.stderr and "BufferError" not in run.stderr, run.stderr
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore, /proc: Linux")
 def test_fault_in_touch_maps_a_fresh_pool_result_which_is_private_memory():
     """A big fresh result comes from the pool's *private* anonymous maps

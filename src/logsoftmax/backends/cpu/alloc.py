@@ -19,7 +19,10 @@ more come from a pool of anonymous memory maps:
   the same size class reuses it with its pages already present: a repeated
   allocating call costs what an ``out=`` call does;
 * the pool keeps at most :func:`pool_limit` bytes (default 2 GiB, or
-  ``LOGSOFTMAX_POOL_LIMIT``); :func:`clear_pool` unmaps everything kept.
+  ``LOGSOFTMAX_POOL_LIMIT``), unmapping the buffers freed longest ago to
+  keep the one freed now; :func:`clear_pool` unmaps everything kept;
+* a float32 result of the column tiles starts as far into a 64-byte line
+  as its input does (:func:`line_phase`), any other on a line.
 
 Measured on this machine: docs/performance.md ("The allocating path").
 
@@ -71,7 +74,10 @@ _PRIVATE = (
     {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_PRIVATE") else {}
 )
 _lock = threading.Lock()
-_free: dict[int, list[mmap.mmap]] = {}
+#: freed buffers by size, each with the count of frees when it came back
+#: (oldest first): ``{cap: [(freed, buf), ...]}``
+_free: dict[int, list[tuple[int, mmap.mmap]]] = {}
+_freed = 0
 _kept = 0
 _limit = int(os.environ.get("LOGSOFTMAX_POOL_LIMIT", 2 << 30))
 
@@ -97,7 +103,7 @@ def clear_pool() -> None:
     """Unmap every buffer the pool keeps."""
     global _kept
     with _lock:
-        bufs = [b for v in _free.values() for b in v]
+        bufs = [b for v in _free.values() for _, b in v]
         _free.clear()
         _kept = 0
     for b in bufs:
@@ -110,8 +116,10 @@ def _trim() -> None:
     with _lock:
         for cap in sorted(_free, reverse=True):
             while _free[cap] and _kept > _limit:
-                drop.append(_free[cap].pop())
+                drop.append(_free[cap].pop()[1])
                 _kept -= cap
+            if not _free[cap]:
+                del _free[cap]
     for b in drop:
         b.close()
 
@@ -122,30 +130,51 @@ def _take(cap: int) -> mmap.mmap:
         bufs = _free.get(cap)
         if bufs:
             _kept -= cap
-            return bufs.pop()
+            buf = bufs.pop()[1]
+            if not bufs:
+                del _free[cap]
+            return buf
     return mmap.mmap(-1, cap, **_PRIVATE)
 
 
 def _give_back(buf: mmap.mmap) -> None:
-    """Keep ``buf`` for the next result of its size, within the limit.
+    """Keep ``buf`` for the next result of its size, within the limit: the
+    buffers freed longest ago (of any size) are unmapped to make room.
+
+    Why the newest: a process whose pool filled with other sizes before
+    (``make bench``: 2 GiB of earlier problems' buffers) otherwise mapped
+    and faulted in a fresh result at every call of a new size
+    (64x64x112x112 float32, 205 MB: 75 ms a call against 19-23).
 
     Runs while the dying owner still exports ``buf``: closing it here raised
     ``BufferError`` (printed as "Exception ignored") for every result freed
     past the limit. A buffer not kept is unmapped with its last reference,
-    once the owner is gone.
+    once the owner is gone; the ones evicted are nobody's and close here.
     """
-    global _kept
+    global _kept, _freed
     cap = len(buf)
+    drop = []
     with _lock:
-        if _kept + cap <= _limit:
-            _free.setdefault(cap, []).append(buf)
-            _kept += cap
+        if cap > _limit:
+            return
+        while _kept + cap > _limit:
+            oldest = min(_free, key=lambda c: _free[c][0][0])
+            drop.append(_free[oldest].pop(0)[1])
+            if not _free[oldest]:
+                del _free[oldest]
+            _kept -= oldest
+        _freed += 1
+        _free.setdefault(cap, []).append((_freed, buf))
+        _kept += cap
+    for b in drop:
+        b.close()
 
 
 def _pooled(nbytes: int, dtype: np.dtype, offset: int = 0) -> np.ndarray:
     """A flat array of ``nbytes // itemsize`` elements on a pooled buffer,
-    starting ``offset < 64`` bytes into it."""
-    cap = -(-(nbytes + offset) // _GRAIN) * _GRAIN
+    starting ``offset < 64`` bytes into it (every buffer has room for any
+    offset: one size class for a result size, phased or not)."""
+    cap = -(-(nbytes + 64) // _GRAIN) * _GRAIN
     buf = _take(cap)
     owner = (ctypes.c_char * nbytes).from_buffer(buf, offset)
     # every view of the array keeps `owner` alive; when the last one goes,
