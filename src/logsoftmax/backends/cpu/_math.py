@@ -191,9 +191,9 @@ def exp_f32_sum(x):
 def exp_f32_16bit(x):
     """float32 ``e**x`` for a result rounded to bfloat16 or float16: the
     backward's ``e**dst`` when its output is 16-bit
-    (:func:`.segment.backward_vec`). :func:`exp_f32_sum`'s arithmetic, for any ``x``: within ``1.5e-7 e**x +
-    7.3e-8 |x| e**x`` (``y = x log2(e)``'s rounding costs ``2**-24 |x|``
-    relative). For ``x <= 0`` (``|x| e**x <= 1/e``) the term ``e**dst S``
+    (:func:`.segment.backward_vec`). :func:`exp_f32_sum`'s arithmetic, for
+    any ``x``: within ``1.5e-7 e**x + 7.3e-8 |x| e**x`` (``y = x
+    log2(e)``'s rounding costs ``2**-24 |x|`` relative). For ``x <= 0`` (``|x| e**x <= 1/e``) the term ``e**dst S``
     is then off by at most 1.8e-7 ``|S|``, the scale the backward's error
     is measured against (the suite's bound: 16 float32 eps, 1.9e-6), which
     a 16-bit result then rounds at 2**-11 (float16) or 2**-8 relative; for

@@ -226,11 +226,11 @@ def line_phase(x: np.ndarray, itemsize: int) -> int:
     3.8 into a numpy ``out=`` (AMD EPYC Zen 4, 2 threads, one process,
     three runs). In-process A/B of the allocating call, phased against on
     a line (``python benchmarks/ab_inprocess.py --old <tree> --allocating
-    --rounds 11``, same bits): 64x64x56x56 axis 1 1.45x, 64x64x112x112
-    axis 1 1.16x, float16 8x16x384x384 axis 2 1.01x, 1000x65536 axis 0
-    1.00x; the backward, 64x64x56x56 axis 1, 2.63-2.69x. Float32 only:
-    16-bit data read bfloat16 64x64x56x56 backward 0.93-0.96x, forward
-    0.99-1.00x, float16 8x16x384x384 axis 2 0.94-0.97x (a 16-bit vector is
+    --rounds 11``, same bits): 64x64x56x56 axis 1 1.45-1.57x,
+    64x64x112x112 axis 1 1.15-1.16x, 1000x65536 axis 0 1.00x; the
+    backward, 64x64x56x56 axis 1, 1.72-2.69x. Float32 only: 16-bit data
+    read bfloat16 64x64x56x56 backward 0.93-0.96x, forward 0.99-1.00x,
+    float16 8x16x384x384 axis 2 1.01x, then 0.94-0.97x (a 16-bit vector is
     half a line). The row kernels want their output on a line (whole lines
     a row, streamed): phased, 131072x64 read 0.94x, 262144x32 0.96-0.97x,
     32x16x250x250 axis 3 0.96-0.98x, so they keep it."""
