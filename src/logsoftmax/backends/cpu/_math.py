@@ -78,7 +78,7 @@ from ._vec import (
     where,
 )
 
-__all__ = ["exp_f32", "exp_f32_sum", "exp_f32_16bit", "exp_f64", "exp_f64_any", "exp_f64_ulp", "log_f64"]
+__all__ = ["exp_f32", "exp_f32_sum", "exp_f32_16bit", "exp_f32_for", "exp_f64", "exp_f64_any", "exp_f64_ulp", "log_f64"]
 
 _f32 = np.float32
 
@@ -204,6 +204,16 @@ def exp_f32_16bit(x):
     own); NaN gives NaN. 8 operations per 16 lanes where :func:`exp_f32`
     takes 14: the 16-bit backward's pass 2 was exp-bound."""
     return _exp_pow2(x, _LOG2E, _P, _ONE)
+
+
+@njit(forceinline=True, error_model="numpy")
+def exp_f32_for(x, half):
+    """The float32 ``e**x`` of a result: :func:`exp_f32_16bit` where it is
+    rounded to 16 bits (``half``, a constant of the compile), :func:`exp_f32`
+    (within 1 ulp) for a float32 result. The one place the fast backward's
+    ``e**dst`` is chosen (:func:`.segment.backward_vec`,
+    :func:`.columns._grad_vec`)."""
+    return exp_f32_16bit(x) if half else exp_f32(x)
 
 
 # -- float64 ---------------------------------------------------------------

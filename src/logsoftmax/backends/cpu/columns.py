@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import Op
-from ._math import exp_f32, exp_f32_16bit, exp_f32_sum, exp_f64, exp_f64_any, log_f64
+from ._math import exp_f32_for, exp_f32_sum, exp_f64, exp_f64_any, log_f64
 from ._simd import I0, TRUE, view, wide_vectors
 from ._vec import (
     W,
@@ -1298,7 +1298,7 @@ def _grad_vec(d, y, sl, sh, sa, op, accurate, half):
             )
         return join_f32(lo_f64(y) * (lo_f64(d) - sl), hi_f64(y) * (hi_f64(d) - sh))
     if op == _LSM:
-        return vfma(exp_f32_16bit(y) if half else exp_f32(y), -sa, d)
+        return vfma(exp_f32_for(y, half), -sa, d)
     return y * (d - sa)
 
 

@@ -607,15 +607,17 @@ SHORT_BATCH_N = 32
 #: sums, logs, writes) end in chains of latency that more rows a batch
 #: overlap better. In-process A/B against 16 (AMD EPYC Zen 4, LLVM znver4,
 #: 2 threads, numpy ``out=``, same bits; ``python
-#: benchmarks/ab_inprocess.py --old <tree> --numpy-out --rounds 15``):
-#: 64x3x224x224 axis 3 1.01-1.03x, 8x16x384x384 axis 3 1.02x,
-#: 32x16x250x250 axis 3 1.03x, 16384x256 1.08x, 80000x100 1.05-1.06x,
-#: 131072x64 (kept) 1.03x, 174762x48 1.00x; 64 rows lost it again
-#: (8x16x384x384 1.00x, 16384x256 0.98x), and 32768x128 kept at 32 rows (32
-#: KiB of differences, all of L1) read 0.97x. Longer rows stay at
-#: :data:`BATCH` (32 KiB of float32 a batch at most): 8x16x384x384 read
-#: 0.99-1.02x at 32 rows, 8192x512 0.96x, and a batch of 32 rows of 4096
-#: would be 512 KiB, half of L2, with the next batch's fetched beside it.
+#: benchmarks/ab_inprocess.py --old <tree> --numpy-out --rounds 15``;
+#: several runs): 64x3x224x224 axis 3 1.01-1.03x, 32x16x250x250 axis 3
+#: 1.02-1.08x, 80000x100 1.06-1.09x, 131072x64 (kept) 1.03-1.04x, bfloat16
+#: 16x16x128x128 axis 3 1.04-1.05x, bfloat16 64x64x112x112 axis 3 1.05x;
+#: 174762x48 1.00x and 0.92x (paired 1.00 both), 16384x256 1.08x, then
+#: 0.98x. 64 rows a batch lost it again (8x16x384x384 1.00x, 16384x256
+#: 0.98x), and 32768x128 kept at 32 rows (32 KiB of differences, all of
+#: L1) read 0.97x. Longer rows stay at :data:`BATCH` (32 KiB of float32 a
+#: batch at most): 8x16x384x384 read 0.99-1.02x at 32 rows, 8192x512
+#: 0.96x, and a batch of 32 rows of 4096 would be 512 KiB, half of L2,
+#: with the next batch's fetched beside it.
 SHORT_BATCH = 32
 SHORT_BATCH_MAX_N = 256
 #: accurate rows of up to ``KEEP_N`` elements keep their differences ``x -

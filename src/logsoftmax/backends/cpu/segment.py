@@ -61,7 +61,7 @@ import numpy as np
 from numba import njit
 
 from .. import Op
-from ._math import exp_f32, exp_f32_16bit, exp_f32_sum, exp_f64, exp_f64_any, log_f64
+from ._math import exp_f32, exp_f32_for, exp_f32_sum, exp_f64, exp_f64_any, log_f64
 from ._simd import wide_vectors
 from ._vec import (
     W,
@@ -977,13 +977,13 @@ def backward_vec(d, y, op, ns32, s32, half):
     """Fast-path pass 2 of the backward on one vector: ``d - e**y * S`` (one
     FMA; ``ns32 = -S``) or ``y * (d - S)``. ``half`` (a constant of the
     compile: the output buffer is 16-bit, whatever the inputs): ``e**y`` by
-    :func:`._math.exp_f32_16bit` (8 operations per 16 lanes, its error
-    2**-15 of a float16 ulp) instead of :func:`._math.exp_f32` (14, within
-    1 ulp, for float32 results). In-process A/B, AMD EPYC Zen 4 (LLVM
-    znver4), 2 threads, numpy ``out=``: docs/performance.md's fifteenth
-    Zen 4 section."""
+    :func:`._math.exp_f32_16bit` (8 operations per 16 lanes, within
+    ``1.5e-7 + 7.3e-8 |y|`` relative) instead of :func:`._math.exp_f32` (14,
+    within 1 ulp, for float32 results): :func:`._math.exp_f32_for`.
+    In-process A/B, AMD EPYC Zen 4 (LLVM znver4), 2 threads, numpy
+    ``out=``: docs/performance.md's fifteenth Zen 4 section."""
     if op == _LSM:
-        return vfma(exp_f32_16bit(y) if half else exp_f32(y), ns32, d)
+        return vfma(exp_f32_for(y, half), ns32, d)
     return y * (d - s32)
 
 
