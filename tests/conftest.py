@@ -308,10 +308,12 @@ def count_kernel_calls(monkeypatch, called: list, kernels) -> None:
     """Record in ``called`` each call of the cpu kernels ``kernels``
     (``(module, name)`` pairs), by name, and ``"<name> in parallel"`` for
     each parallel run of any kernel
-    (:class:`logsoftmax.backends.cpu.native.Parallel`, which calls the
+    (:class:`logsoftmax.backends.cpu.native.Parallel` and the plans'
+    :class:`~logsoftmax.backends.cpu.ParallelEntry`, which call the
     kernel's compiled code, not the module attribute). The wrappers
     stand for the kernels otherwise, so a parallel run can still compile
     them (``compile``, ``overloads``)."""
+    from logsoftmax.backends import cpu
     from logsoftmax.backends.cpu import native
 
     class Counted:
@@ -334,6 +336,13 @@ def count_kernel_calls(monkeypatch, called: list, kernels) -> None:
         return parallel(self, *args)
 
     monkeypatch.setattr(native.Parallel, "__call__", counted_parallel)
+    entered = cpu.ParallelEntry.__call__
+
+    def counted_entry(self, *args):
+        called.append(self.name + " in parallel")
+        return entered(self, *args)
+
+    monkeypatch.setattr(cpu.ParallelEntry, "__call__", counted_entry)
 
 
 @pytest.fixture

@@ -2386,6 +2386,91 @@ def test_unchecked_out_refused_untouched(dtype):
     assert np.array_equal(bits(got), bits(logsoftmax.log_softmax_backward(x, y)))
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16])
+@pytest.mark.parametrize("shape,axis", [
+    ((300, 120), 0), ((30, 12), 0), ((1000, 40), 0), ((16, 2, 32, 32), 1), ((40, 300), 1),
+    ((300, 40), 1), ((4, 16, 5), 1),
+])
+def test_read_only_inputs_take_every_kernel(dtype, shape, axis):
+    """Read-only inputs (``np.broadcast_to``, a memory map opened for
+    reading) give the writeable arrays' bits, forward and backward, in
+    every kernel: rows, rows gathered from a transposed view, column tiles
+    (staged or not), few-row columns; serial, through the parallel entry
+    and the general path. A read-only 300x120 float32 array over axis 0
+    raised numba's TypingError: the tile kernel's scratch took the read-only
+    input's type (``rows.stage_for``)."""
+    rng = np.random.default_rng(24)
+    x = (rng.standard_normal(shape) * 3).astype(dtype)
+    d = rng.standard_normal(shape).astype(dtype)
+    y = logsoftmax.log_softmax(x, axis)
+    want = [y, logsoftmax.log_softmax(x.T, 0), logsoftmax.log_softmax_backward(d, y, axis)]
+    xr, dr, yr = x.copy(), d.copy(), y.copy()
+    for a in (xr, dr, yr):
+        a.setflags(write=False)
+    got = [logsoftmax.log_softmax(xr, axis), logsoftmax.log_softmax(xr.T, 0),
+           logsoftmax.log_softmax_backward(dr, yr, axis)]
+    for i, (a, b) in enumerate(zip(want, got)):
+        assert np.array_equal(bits(a), bits(b)), i
+
+
+@pytest.mark.parametrize("dtype,shape,axis", [
+    (F32, (400, 100), 1), (F32, (40, 1000), 1), (F32, (2048, 8), 1), (BF16, (512, 128), 1),
+    (F32, (1000, 100), 0), (F32, (16, 2, 32, 32), 1),
+])
+def test_parallel_entry_gives_the_serial_bits(monkeypatch, dtype, shape, axis):
+    """Calls from ``SERIAL_MAX >> shift`` elements to a result of
+    ``alloc.POOL_MIN`` bytes run their kernel in parallel through
+    :mod:`.into`'s parallel entry (:class:`~logsoftmax.backends.cpu.ParallelEntry`),
+    ``out`` checked or not: the serial kernel's bits allocating, into a numpy
+    ``out``, in place, and backward into ``diff_dst`` or ``dst``; rows
+    (accurate, fast, 16-bit), column tiles and few-row columns. What it
+    refuses (read-only, partly overlapping) raises API.md's error with
+    nothing written."""
+    import numba
+    from conftest import count_kernel_calls
+
+    from logsoftmax.backends import cpu, default_cpu
+
+    rng = np.random.default_rng(23)
+    x = (rng.standard_normal(shape) * 3).astype(dtype)
+    d = rng.standard_normal(shape).astype(dtype)
+    parallel_max = cpu.SERIAL_MAX
+    monkeypatch.setattr(cpu, "SERIAL_MAX", 1 << 62)
+    y = logsoftmax.log_softmax(x, axis)
+    dx = logsoftmax.log_softmax_backward(d, y, axis)
+    default_cpu()._plans.clear()  # (a plan's tiles are cut for the threads it runs on)
+    monkeypatch.setattr(cpu, "SERIAL_MAX", parallel_max)
+    called = []
+    count_kernel_calls(monkeypatch, called, [])
+    got = [logsoftmax.log_softmax(x, axis), logsoftmax.log_softmax(x, axis, out=np.empty_like(x))]
+    xi = x.copy()
+    got.append(logsoftmax.log_softmax(xi, axis, out=xi))
+    for r in got:
+        assert np.array_equal(bits(r), bits(y))
+    got = [logsoftmax.log_softmax_backward(d, y, axis),
+           logsoftmax.log_softmax_backward(d, y, axis, out=np.empty_like(x))]
+    for which in ("diff_dst", "dst"):
+        di, yi = d.copy(), y.copy()
+        got.append(logsoftmax.log_softmax_backward(di, yi, axis, out=di if which == "diff_dst" else yi))
+    for r in got:
+        assert np.array_equal(bits(r), bits(dx))
+    if numba.get_num_threads() > 1:
+        assert len(called) == 7 and all(c.endswith(" in parallel") for c in called), called
+    ro = np.full(shape, 3, dtype)
+    ro.setflags(write=False)
+    with pytest.raises(ValueError):
+        logsoftmax.log_softmax(x, axis, out=ro)
+    buf = np.full(x.size + 8, 3, dtype)
+    xs = buf[:x.size].reshape(shape)
+    xs[...] = x
+    before = buf.copy()
+    with pytest.raises(ValueError, match="overlap"):
+        logsoftmax.log_softmax(xs, axis, out=buf[8:].reshape(shape))
+    with pytest.raises(ValueError, match="overlap"):
+        logsoftmax.log_softmax_backward(d, xs, axis, out=buf[8:].reshape(shape))
+    assert np.array_equal(bits(buf), bits(before))
+
+
 def test_strided_out_skips_the_compiled_entry(monkeypatch):
     """An ``out`` that is not C-contiguous goes straight to the general path:
     the entry would only refuse it, after a numba dispatch (~0.85 us of a

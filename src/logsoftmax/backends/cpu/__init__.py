@@ -39,9 +39,13 @@ C-contiguous call with an ``out`` nobody has checked yet goes to
 :meth:`CpuBackend.forward_into` (``backward_into``): the allocating call's
 plan, whose :mod:`.into` entry checks ``out`` in compiled code.
 
-Problems under ``SERIAL_MAX`` elements (or with one numba thread) run the
-serial forms of the kernels (same bits): waking numba's thread pool costs more
-than the work there, and under load it waited 5-8 ms for the second core.
+Problems under ``SERIAL_MAX`` elements (fewer for the kernels whose
+elements cost more: ``FEW_SHIFT``, ``ACCURATE_SHIFT``), or with one numba
+thread, run the serial forms of the kernels (same bits): waking numba's
+thread pool costs more than the work there, and under load it waited 5-8
+ms for the second core. Parallel calls whose result is under the pool's
+size take a compiled parallel entry (:class:`ParallelEntry`), not the
+general path.
 
 Every kernel releases the GIL (``nogil=True``): the dask backend runs blocks
 on several threads at once, and with the GIL held they ran one at a time (8
@@ -74,18 +78,24 @@ __all__ = ["CpuBackend", "SERIAL_MAX"]
 #: breaks even at ~2**14 elements and wins 1.5-1.9x at 2**16; but with
 #: another process busy, every parallel call that had to wait for the second
 #: core took 5-8 ms (one scheduler slice). Below 2**16 the serial kernel
-#: loses at most ~0.1 ms and never stalls.
+#: loses at most ~0.1 ms and never stalls. The fast path's float32 forward
+#: keeps it: through the parallel entry (:class:`ParallelEntry`) its rows
+#: broke even at 2**15 (16x2048 1.02x, 8x4096 1.06x; 16x4096 1.20x at
+#: 2**16; AMD EPYC Zen 4, one process, interleaved, ``out=``).
 SERIAL_MAX = 1 << 16
-#: few-row columns (:mod:`.fewrows`) and rows on the accurate path (float64
-#: terms) go parallel from ``SERIAL_MAX >> FEW_SHIFT`` elements: their work
-#: per element is 2-4x that of the fast path's rows. In-process A/B against
-#: ``SERIAL_MAX`` (Intel Xeon, LLVM rocketlake, numpy out=, same bits),
-#: forward / backward: 16x3x32x32 float32 1.45x / 1.37x, bfloat16 1.61x /
-#: 1.28x, 4x10x32x32 1.26x / 1.36x; rows 512x100 1.26x, 2000x20 1.60x /
-#: 1.18x, 4000x10 1.65x / 1.83x, 1000x48 backward 1.02x; from 2**14 on
-#: not always (8x2x32x32 1.12x / 1.01x, 2x16x32x32 float16 0.93x). The
-#: fast path's calls keep ``SERIAL_MAX`` (2**15 lost there: 32x1500 0.83x,
-#: one row of 36000 0.54x).
+#: few-row columns (:mod:`.fewrows`), rows of 16-bit data and the fast
+#: path's backward rows go parallel from ``SERIAL_MAX >> FEW_SHIFT``
+#: elements; a long row split over threads (:mod:`.split`) waits for
+#: ``SERIAL_MAX`` (2**15 lost there: one row of 36000 0.54x). Few-row
+#: columns, in-process A/B against ``SERIAL_MAX`` (Intel Xeon, LLVM
+#: rocketlake, numpy out=, same bits), forward / backward: 16x3x32x32
+#: float32 1.45x / 1.37x, bfloat16 1.61x / 1.28x, 4x10x32x32 1.26x /
+#: 1.36x; from 2**14 on not always (8x2x32x32 1.12x / 1.01x, 2x16x32x32
+#: float16 0.93x). Rows at 2**15 through the parallel entry against the
+#: serial kernel (AMD EPYC Zen 4, one process, interleaved, ``out=``):
+#: bfloat16 256x128 forward 1.11x, backward 1.07x; float32 backward
+#: 256x128 1.23x, 32x1000 1.19x; at 2**14 the backward broke even (128x128
+#: 0.93x, 16x1000 0.99x).
 FEW_SHIFT = 1
 #: float64 calls go parallel from ``SERIAL_MAX >> F64_SHIFT`` elements: a
 #: float64 element costs 2-3x a float32 one (double-double sums). 512x100
@@ -94,6 +104,16 @@ FEW_SHIFT = 1
 #: same bits): 200x100 1.64x / 1.68x, 170x100 1.61x / 1.67x, 100x200 axis 0
 #: 1.21x / 1.03x, 2x10000 1.21x / 1.02x
 F64_SHIFT = 2
+#: rows on the accurate path (float64 terms; float32 rows of up to
+#: ``segment.SHORT`` elements forward, ``SHORT_BACKWARD`` backward) go
+#: parallel from ``SERIAL_MAX >> ACCURATE_SHIFT`` elements: an element
+#: costs ~0.6-1.6 ns there against ~0.25 on the fast path. Through the
+#: parallel entry against the serial kernel at 2**14 (AMD EPYC Zen 4, one
+#: process, interleaved, ``out=``, same bits): forward 128x128 1.14x,
+#: 16x1000 1.26x, 512x32 1.30x, 1024x16 1.39x, 2048x8 1.52x; backward
+#: 2048x8 1.53x, 1024x16 1.25x, 512x32 1.24x; at 2**13 they broke even
+#: (64x128 0.99x, 8x1000 1.02x, 64x100 1.01x) or lost (backward 0.79-0.84x).
+ACCURATE_SHIFT = 2
 
 _F64 = dtypes.float64
 _F32 = dtypes.float32
@@ -174,10 +194,23 @@ def _native():
     return native
 
 
-def _threads() -> int:
-    import numba
+_num_threads = None
 
-    return numba.get_num_threads()
+
+def _threads() -> int:
+    """numba's thread count (``numba.get_num_threads()``, as
+    ``set_num_threads`` left it for this thread). After the first call, its
+    threading layer's own getter: ``get_num_threads`` takes a process lock
+    to check that the pool is up, 0.68 us a call against 0.09 (AMD EPYC Zen
+    4), and a parallel call asks twice."""
+    global _num_threads
+    if _num_threads is None:
+        import numba
+        from numba.np.ufunc import parallel
+
+        numba.get_num_threads()  # starts the pool
+        _num_threads = getattr(parallel, "_get_num_threads", None) or numba.get_num_threads
+    return _num_threads()
 
 
 def _serial(size: int, shift: int = 0) -> bool:
@@ -253,19 +286,33 @@ def _flat(a, st):
     return f if st is None else f.view(st)
 
 
-def _small_call(run, mod, name, size, shape, in_dt, dtype, g, args, shift=0):
+def _stored(a, st):
+    """``a`` viewed as its storage dtype ``st`` (None: as it is)."""
+    return a if st is None else a.view(st)
+
+
+def _small_call(run, mod, name, size, shape, in_dt, dtype, g, args, shift=0, units=0):
     """``run`` for big calls; small ones (under ``SERIAL_MAX >> shift``)
     call the serial kernel ``mod.name`` directly on flat views (looked up
     per call: tests swap kernels and ``SERIAL_MAX`` at run time). Its
     ``into``: the same for an ``out`` the front door has not checked
-    (:mod:`.into`); None past that size (the general path then runs)."""
+    (:mod:`.into`). Calls from that size up to a result of
+    :data:`.alloc.POOL_MIN` bytes run the kernel on its ``units`` (rows or
+    tiles, 0: not this way) in parallel through :mod:`.into`'s parallel
+    entry (:func:`_parallel_entry`), ``out`` unchecked or not; None past
+    that (the general path then runs)."""
     sx = None if storage_dtype(in_dt) == in_dt else storage_dtype(in_dt)
     so = None if storage_dtype(dtype) == dtype else storage_dtype(dtype)
     entry, code, state = _entry(mod, name, args, "forward")
+    par = _parallel_entry("forward", code, state, g, args, units, size * dtype.itemsize)
 
     def small(x, out):
         if size >= SERIAL_MAX or (shift and size >= SERIAL_MAX >> shift):
-            return run(x, out)
+            if par is None or _threads() == 1:
+                return run(x, out)
+            res = np.empty(shape, dtype) if out is None else out
+            done = par(_stored(x, sx), _stored(res, so))
+            return res if done > 0 else run(x, out)
         res = np.empty(shape, dtype) if out is None else out
         if sx is so is None:  # ravel inline: two calls of _flat cost ~0.1 us
             getattr(mod, name)(x.ravel(), res.ravel(), g, *args)
@@ -280,36 +327,88 @@ def _small_call(run, mod, name, size, shape, in_dt, dtype, g, args, shift=0):
             return None
         else:
             xs, os = x.view(sx), out.view(so)
-        done = entry(xs, os, g, *state[0])
-        if done < 0:  # UNRESOLVED: the plan's first entry looks up the kernel
-            done = entry(xs, os, g, *_resolve(code, state, (xs, os), g, args))
+        if par is not None and size >= SERIAL_MAX >> shift and _threads() > 1:
+            done = par(xs, os)
+        else:
+            done = entry(xs, os, g, *state[0])
+            if done < 0:  # UNRESOLVED: the plan's first entry looks up the kernel
+                done = entry(xs, os, g, *_resolve(code, state, (xs, os), g, args))
         return out if done > 0 else None  # DONE
 
-    small.into = _below(into, size, shift)
+    small.into = _below(into, size, shift, par)
     return small
 
 
-def _below(into, size, shift):
-    """``into``, or where ``shift`` lowers the serial size (few-row columns,
-    accurate rows) and the call is that big, ``into`` returning None from
-    ``SERIAL_MAX >> shift`` elements on: the general path then runs the
-    parallel kernel. (A test inside ``into`` cost the fixed cost of every
-    small call 1-5%, in-process A/B; so only calls of 2**15-2**16 elements
-    pay this wrapper's ~0.1 us.)"""
-    if not shift or size < SERIAL_MAX >> shift:
+def _below(into, size, shift, par):
+    """``into``; where the call is parallel (``SERIAL_MAX >> shift``
+    elements or more) and has no parallel entry (``par``), a function that
+    returns None: the general path then runs it. (A test inside ``into``
+    cost the fixed cost of every small call 1-5%, in-process A/B; so only
+    calls of that size take one.)"""
+    if size < SERIAL_MAX >> shift or par is not None:
         return into
-    return lambda *args: None if size >= SERIAL_MAX >> shift else into(*args)
+    return lambda *args: None
 
 
-def _small_call2(run, mod, name, size, shape, in_dt, dtype, g, args, shift=0):
+def _parallel_entry(direction, code, state, g, args, units, nbytes):
+    """A :class:`ParallelEntry` of ``direction`` for the plan's serial
+    entry (``code``, ``state``: :func:`_entry`); None where a call takes the
+    general path: no ``units`` (rows or tiles), fewer than 2, or a result of
+    :data:`.alloc.POOL_MIN` bytes or more (the pool allocates it,
+    :func:`.alloc.fault_in` may fault it in first)."""
+    if units < 2 or nbytes >= alloc.POOL_MIN:
+        return None
+    from . import into
+
+    return ParallelEntry(getattr(into, direction + "_parallel"), code, state, g, args, units)
+
+
+class ParallelEntry:
+    """``entry(*arrays) -> DONE | REFUSED``: :mod:`.into`'s parallel entry
+    (``into.forward_parallel`` or ``backward_parallel``) running a plan's
+    serial kernel (``code``, whose address and tag it shares with the
+    serial entry's ``state``) over ``min(units, threads)`` ranges of its
+    rows or tiles, on whole arrays and an ``out`` nobody checked.
+
+    Why: a parallel call on the general path cost ~6 us more than the
+    kernel's own run on two threads (256x128 float32: 17.1 us against
+    11.0, AMD EPYC Zen 4): ``run``, the buffers, the kernel closure, two
+    thread counts and numba's dispatch of the driver's arguments."""
+
+    __slots__ = ("entry", "code", "state", "g", "args", "units")
+
+    def __init__(self, entry, code, state, g, args, units):
+        self.entry, self.code, self.state = entry, code, state
+        self.g, self.args, self.units = g, args, units
+
+    @property
+    def name(self) -> str:
+        return self.code.name
+
+    def __call__(self, *arrays):
+        ntask = min(self.units, _threads())
+        tail = self.state[0]
+        done = self.entry(*arrays, self.g, tail[0], tail[1], ntask, *tail[2:])
+        if done < 0:  # UNRESOLVED: the serial entry's lookup, shared
+            tail = _resolve(self.code, self.state, arrays, self.g, self.args)
+            done = self.entry(*arrays, self.g, tail[0], tail[1], ntask, *tail[2:])
+        return done
+
+
+def _small_call2(run, mod, name, size, shape, in_dt, dtype, g, args, shift=0, units=0):
     """:func:`_small_call` for the backward (two inputs)."""
     sx = None if storage_dtype(in_dt) == in_dt else storage_dtype(in_dt)
     so = None if storage_dtype(dtype) == dtype else storage_dtype(dtype)
     entry, code, state = _entry(mod, name, args, "backward")
+    par = _parallel_entry("backward", code, state, g, args, units, size * dtype.itemsize)
 
     def small(d, y, out):
         if size >= SERIAL_MAX or (shift and size >= SERIAL_MAX >> shift):
-            return run(d, y, out)
+            if par is None or _threads() == 1:
+                return run(d, y, out)
+            res = np.empty(shape, dtype) if out is None else out
+            done = par(_stored(d, sx), _stored(y, sx), _stored(res, so))
+            return res if done > 0 else run(d, y, out)
         res = np.empty(shape, dtype) if out is None else out
         if sx is so is None:
             getattr(mod, name)(d.ravel(), y.ravel(), res.ravel(), g, *args)
@@ -324,12 +423,15 @@ def _small_call2(run, mod, name, size, shape, in_dt, dtype, g, args, shift=0):
             return None
         else:
             ds, ys, os = d.view(sx), y.view(sx), out.view(so)
-        done = entry(ds, ys, os, g, *state[0])
-        if done < 0:
-            done = entry(ds, ys, os, g, *_resolve(code, state, (ds, ys, os), g, args))
+        if par is not None and size >= SERIAL_MAX >> shift and _threads() > 1:
+            done = par(ds, ys, os)
+        else:
+            done = entry(ds, ys, os, g, *state[0])
+            if done < 0:
+                done = entry(ds, ys, os, g, *_resolve(code, state, (ds, ys, os), g, args))
         return out if done > 0 else None
 
-    small.into = _below(into, size, shift)
+    small.into = _below(into, size, shift, par)
     return small
 
 
@@ -416,9 +518,10 @@ class CpuBackend(Backend):
 
     def forward_into(self, op, x, axis, out, dtype):
         """The forward into an ``out`` (an ndarray) that nobody has checked:
-        ``out``, or None where this cannot vouch for ``out`` (not a small
-        C-contiguous call of ``x``'s shape and dtype, read-only, overlapping
-        ``x``); nothing is written then. The allocating call's plan, whose
+        ``out``, or None where this cannot vouch for ``out`` (not a
+        C-contiguous call of ``x``'s shape and dtype with a result under
+        :data:`.alloc.POOL_MIN` bytes, read-only, overlapping ``x``); nothing
+        is written then. The allocating call's plan, whose
         entry checks ``out`` in compiled code (:mod:`.into`).
 
         An ``out`` with other strides than ``x``'s never reaches the entry:
@@ -427,7 +530,7 @@ class CpuBackend(Backend):
         (7.2 against 6.35 us a call, ``timeit``); the comparison reuses the
         key's strides."""
         strides = x.strides
-        if x.size >= SERIAL_MAX or out.strides != strides:
+        if x.nbytes >= alloc.POOL_MIN or out.strides != strides:
             return None
         key = (op, x.shape, strides, x.dtype, dtype, axis)
         run = self._plans.get(key)
@@ -497,7 +600,7 @@ class CpuBackend(Backend):
             short = lay.unit_rows and n <= segment.CHUNK and not rows.pipelined(n, int(op), accurate)
             splittable = lay.unit_rows and n > 2 * segment.CHUNK
             nch = -(-n // segment.CHUNK)
-            shift = FEW_SHIFT if accurate else 0
+            shift = ACCURATE_SHIFT if accurate else FEW_SHIFT if x.itemsize == 2 and not splittable else 0
             par = native.Parallel(rows, "forward_short" if short else "forward_range", native.over_rows)
 
             def kernel(xb, ob, g):
@@ -524,10 +627,12 @@ class CpuBackend(Backend):
             args = (op, accurate, J, 0, -1)
             mod, name = (few, "forward_few") if fewp else (columns, "forward_tiles")
             shift = FEW_SHIFT if fewp else 0
+            units = 0 if stripsp and not fewp else tiles  # (strips run their own parallel form)
         else:
             args = (op, accurate, 0, nrows)
             mod, name = rows, "forward_short" if short else "forward_range"
-        return _small_call(run, mod, name, size, x.shape, x.dtype, dtype, lay.g, args, shift)
+            units = 0 if splittable else nrows  # (few long rows: split)
+        return _small_call(run, mod, name, size, x.shape, x.dtype, dtype, lay.g, args, shift, units)
 
     # -- backward ---------------------------------------------------------------
     def backward(self, op, diff_dst, dst, axis, out, dtype):
@@ -553,7 +658,7 @@ class CpuBackend(Backend):
         """:meth:`forward_into` for the backward (``dst`` unchecked too; ``out``
         may be exactly ``diff_dst`` or ``dst``)."""
         strides = diff_dst.strides
-        if diff_dst.size >= SERIAL_MAX or out.strides != strides:
+        if diff_dst.nbytes >= alloc.POOL_MIN or out.strides != strides:
             return None
         key = (op, diff_dst.shape, strides, dst.strides, diff_dst.dtype, dtype, axis)
         run = self._plans.get(key)
@@ -595,6 +700,7 @@ class CpuBackend(Backend):
             J = columns.tile_width_for(n, ni, True, _threads(), n1 * n2)
             J = _split_tiles(J, n, ni, n1 * n2, size)
             tiles = n1 * n2 * -(-ni // J)
+            stripsp = strips.takes_backward_strips(lay.g, diff_dst.itemsize, dst.itemsize, dtype.itemsize)
             fewp = few.takes_backward_few_rows(lay.g)
 
         native = _native()
@@ -607,7 +713,7 @@ class CpuBackend(Backend):
                 else:
                     par(min(tiles, _threads()), db, yb, ob, g, op, accurate, J)
 
-        elif lay.inner and strips.takes_backward_strips(lay.g, diff_dst.itemsize, dst.itemsize, dtype.itemsize):
+        elif lay.inner and stripsp:
 
             def kernel(db, yb, ob, g):
                 if _serial(size):
@@ -631,7 +737,7 @@ class CpuBackend(Backend):
             short = lay.unit_rows and n <= segment.CHUNK
             splittable = lay.unit_rows and n > 2 * segment.CHUNK
             nch = -(-n // segment.CHUNK)
-            shift = FEW_SHIFT if accurate else 0
+            shift = ACCURATE_SHIFT if accurate else 0 if splittable else FEW_SHIFT
             par = native.Parallel(rows, "backward_short" if short else "backward_range", native.over_rows)
 
             def kernel(db, yb, ob, g):
@@ -658,10 +764,12 @@ class CpuBackend(Backend):
             args = (op, accurate, J, 0, -1)
             mod, name = (few, "backward_few") if fewp else (columns, "backward_tiles")
             shift = FEW_SHIFT if fewp else 0
+            units = 0 if stripsp and not fewp else tiles
         else:
             args = (op, accurate, 0, nrows)
             mod, name = rows, "backward_short" if short else "backward_range"
-        return _small_call2(run, mod, name, size, diff_dst.shape, diff_dst.dtype, dtype, lay.g, args, shift)
+            units = 0 if splittable else nrows
+        return _small_call2(run, mod, name, size, diff_dst.shape, diff_dst.dtype, dtype, lay.g, args, shift, units)
 
     # -- unusual layouts and float64 -------------------------------------------
     @staticmethod

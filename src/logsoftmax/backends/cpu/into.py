@@ -34,6 +34,17 @@ entry with its checks 0.79 us, the kernel's plain small call 0.78; the
 ``out=`` call 1.44 us against the allocating one's 1.57 (it was 1.62
 against 1.58).
 
+Calls big enough to run in parallel (``SERIAL_MAX`` and its shifts, in
+:mod:`.`) whose result is under the pool's :data:`.alloc.POOL_MIN` take
+the parallel entries (:func:`forward_parallel`, :func:`backward_parallel`):
+the same checks, then the same serial kernel over ``ntask`` ranges of its
+rows or tiles in a ``prange``, as :func:`.native.over_rows` and
+:func:`.native.over_tiles` run it; allocating calls too, on a fresh
+``np.empty``. On the general path such a call cost ~6 us more than the
+kernel's own run on two threads (256x128 float32: 17.1 us against 11.0,
+AMD EPYC Zen 4): ``run``, the buffers, the kernel closure, numba's
+dispatch of the driver's arguments and two thread counts.
+
 The entries call the kernel by its address (:mod:`.native`), passed in
 with its signature's tag: an entry linked its kernel at first, which made
 numba compile the kernel again inside each entry, once per rank and
@@ -49,12 +60,13 @@ call through the address costs nothing measurable: in-process A/B and
 
 from __future__ import annotations
 
-from numba import njit, types
+from numba import njit, prange, types
 from numba.extending import overload
 
-from .native import call_native, tag_of
+from .columns import line_shift, tiles_per_outer
+from .native import _in_ranges, call_native, tag_of
 
-__all__ = ["forward", "backward", "REFUSED", "DONE", "UNRESOLVED"]
+__all__ = ["forward", "backward", "forward_parallel", "backward_parallel", "REFUSED", "DONE", "UNRESOLVED"]
 
 #: what an entry returns: ``out`` does not fit (nothing written; the general
 #: path checks it and raises API.md's errors), the kernel ran, or ``tag`` is
@@ -129,6 +141,81 @@ def _backward_typed(d, y, out, g, addr, tag, op, accurate, a, b, c):
     return run
 
 
+@njit(inline="always")
+def _refused():
+    """The parallel entries' :data:`REFUSED`, in a parallel loop of one
+    task: a function compiled ``parallel=True`` without any warns
+    (``NumbaPerformanceWarning``) at its compile."""
+    for _ in prange(1):
+        pass
+    return REFUSED
+
+
+@njit(inline="always")
+def _over_rows(addr, tag, ntask, head, a, b, out, g, out_op):
+    """A row kernel (``kernel(*head, lo, hi)``) over its rows ``[a = 0, b)``
+    in ``ntask`` ranges at once, as :func:`.native.over_rows` runs it."""
+    return DONE if _in_ranges(addr, tag, ntask, head, b) else UNRESOLVED
+
+
+@njit(inline="always")
+def _over_tiles(addr, tag, ntask, head, a, b, out, g, out_op):
+    """A tile kernel (``kernel(*head, J, lo, hi)``, ``J = a``) over all its
+    tiles in ``ntask`` ranges at once, as :func:`.native.over_tiles` runs it
+    (``out``: the flat output, operand ``out_op`` of the geometry ``g``)."""
+    tiles = g[0] * g[1] * tiles_per_outer(g[3], a, line_shift(out, g, out_op, a))
+    return DONE if _in_ranges(addr, tag, ntask, head + (a,), tiles) else UNRESOLVED
+
+
+def _ranges(c):
+    """Compile time: the driver of the kernel whose last argument is ``c``
+    (``()``: a row kernel, ``(-1,)``: a tile kernel; :func:`forward`)."""
+    return _over_rows if len(c) == 0 else _over_tiles
+
+
+def _forward_parallel(x, out, g, addr, tag, ntask, op, accurate, a, b, c):
+    raise NotImplementedError("called from jitted code only")
+
+
+@overload(_forward_parallel, inline="always", jit_options={"error_model": "numpy"})
+def _forward_parallel_typed(x, out, g, addr, tag, ntask, op, accurate, a, b, c):
+    if not _fit((x,), out):
+        return lambda x, out, g, addr, tag, ntask, op, accurate, a, b, c: _refused()
+    over = _ranges(c)
+
+    def run(x, out, g, addr, tag, ntask, op, accurate, a, b, c):
+        if x.shape != out.shape or not _same_or_apart(x, out):
+            return REFUSED
+        flat = out.reshape(out.size)
+        head = (x.reshape(x.size), flat, g, op, accurate)
+        return over(addr, tag, ntask, head, a, b, flat, g, 1)
+
+    return run
+
+
+def _backward_parallel(d, y, out, g, addr, tag, ntask, op, accurate, a, b, c):
+    raise NotImplementedError("called from jitted code only")
+
+
+@overload(_backward_parallel, inline="always", jit_options={"error_model": "numpy"})
+def _backward_parallel_typed(d, y, out, g, addr, tag, ntask, op, accurate, a, b, c):
+    if not _fit((d, y), out):
+        return lambda d, y, out, g, addr, tag, ntask, op, accurate, a, b, c: _refused()
+    over = _ranges(c)
+
+    def run(d, y, out, g, addr, tag, ntask, op, accurate, a, b, c):
+        if d.shape != out.shape or y.shape != out.shape:
+            return REFUSED
+        if not (_same_or_apart(d, out) and _same_or_apart(y, out)):
+            return REFUSED
+        n = out.size
+        flat = out.reshape(n)
+        head = (d.reshape(n), y.reshape(n), flat, g, op, accurate)
+        return over(addr, tag, ntask, head, a, b, flat, g, 2)
+
+    return run
+
+
 # ``c``: the tile kernels' third trailing argument as a 1-tuple, the row
 # kernels' as () (one signature per entry, whatever the kernel's arity)
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -144,3 +231,18 @@ def backward(d, y, out, g, addr, tag, op, accurate, a, b, c):
     """:func:`forward` for a backward kernel (``diff_dst``, ``dst``, ``out``;
     ``out`` may be exactly either input)."""
     return _backward(d, y, out, g, addr, tag, op, accurate, a, b, c)
+
+
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+def forward_parallel(x, out, g, addr, tag, ntask, op, accurate, a, b, c):
+    """:func:`forward` on ``ntask`` threads: the kernel at ``addr`` (the
+    serial kernel :func:`forward` runs, same arguments) over ``ntask`` ranges
+    of its rows or tiles at once, as :func:`.native.over_rows` and
+    :func:`.native.over_tiles` run it (the same bits)."""
+    return _forward_parallel(x, out, g, addr, tag, ntask, op, accurate, a, b, c)
+
+
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+def backward_parallel(d, y, out, g, addr, tag, ntask, op, accurate, a, b, c):
+    """:func:`backward` on ``ntask`` threads (:func:`forward_parallel`)."""
+    return _backward_parallel(d, y, out, g, addr, tag, ntask, op, accurate, a, b, c)

@@ -220,11 +220,14 @@ def flush(buf, g, op, r, n, stage):
 @njit(forceinline=True, error_model="numpy")
 def stage_for(buf, size, needed):
     """A scratch buffer of ``size`` elements of ``buf``'s type when
-    ``needed``, else ``buf`` itself (unused: no allocation on the common
-    path -- each numba allocation costs ~0.1 us of a small call)."""
+    ``needed``, else an empty view of ``buf`` (unused: no allocation on the
+    common path -- each numba allocation costs ~0.1 us of a small call). A
+    view, not ``buf`` itself: a read-only ``buf`` made the two results one
+    read-only type, and the kernels' writes into the scratch did not compile
+    (a read-only 300x120 float32 array, axis 0, raised numba's TypingError)."""
     if needed:
         return np.empty(size, buf.dtype)
-    return buf
+    return view(buf, 0, 0)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
