@@ -327,27 +327,33 @@ def _small_call(run, mod, name, size, shape, in_dt, dtype, g, args, shift=0, uni
             return None
         else:
             xs, os = x.view(sx), out.view(so)
-        if par is not None and size >= SERIAL_MAX >> shift and _threads() > 1:
-            done = par(xs, os)
-        else:
-            done = entry(xs, os, g, *state[0])
-            if done < 0:  # UNRESOLVED: the plan's first entry looks up the kernel
-                done = entry(xs, os, g, *_resolve(code, state, (xs, os), g, args))
+        done = entry(xs, os, g, *state[0])
+        if done < 0:  # UNRESOLVED: the plan's first entry looks up the kernel
+            done = entry(xs, os, g, *_resolve(code, state, (xs, os), g, args))
         return out if done > 0 else None  # DONE
 
-    small.into = _below(into, size, shift, par)
+    def into_parallel(x, out):
+        if _threads() == 1:
+            return into(x, out)
+        if sx is None:
+            return out if par(x, out) > 0 else None
+        if out.dtype is not dtype:
+            return None
+        return out if par(x.view(sx), out.view(so)) > 0 else None
+
+    small.into = _below(into, into_parallel, size, shift, par)
     return small
 
 
-def _below(into, size, shift, par):
-    """``into``; where the call is parallel (``SERIAL_MAX >> shift``
-    elements or more) and has no parallel entry (``par``), a function that
-    returns None: the general path then runs it. (A test inside ``into``
-    cost the fixed cost of every small call 1-5%, in-process A/B; so only
-    calls of that size take one.)"""
-    if size < SERIAL_MAX >> shift or par is not None:
+def _below(into, into_parallel, size, shift, par):
+    """The plan's ``into``: the serial entry's (``into``) for a call under
+    ``SERIAL_MAX >> shift`` elements, else the parallel entry's, or with no
+    parallel entry (``par``) a function that returns None: the general path
+    then runs the call. Chosen once a plan, not per call: a test inside
+    ``into`` cost the fixed cost of every small call 1-5% (in-process A/B)."""
+    if size < SERIAL_MAX >> shift:
         return into
-    return lambda *args: None
+    return into_parallel if par is not None else lambda *args: None
 
 
 def _parallel_entry(direction, code, state, g, args, units, nbytes):
@@ -423,15 +429,21 @@ def _small_call2(run, mod, name, size, shape, in_dt, dtype, g, args, shift=0, un
             return None
         else:
             ds, ys, os = d.view(sx), y.view(sx), out.view(so)
-        if par is not None and size >= SERIAL_MAX >> shift and _threads() > 1:
-            done = par(ds, ys, os)
-        else:
-            done = entry(ds, ys, os, g, *state[0])
-            if done < 0:
-                done = entry(ds, ys, os, g, *_resolve(code, state, (ds, ys, os), g, args))
+        done = entry(ds, ys, os, g, *state[0])
+        if done < 0:
+            done = entry(ds, ys, os, g, *_resolve(code, state, (ds, ys, os), g, args))
         return out if done > 0 else None
 
-    small.into = _below(into, size, shift, par)
+    def into_parallel(d, y, out):
+        if _threads() == 1:
+            return into(d, y, out)
+        if sx is None:
+            return out if par(d, y, out) > 0 else None
+        if out.dtype is not dtype or y.dtype is not in_dt:
+            return None
+        return out if par(d.view(sx), y.view(sx), out.view(so)) > 0 else None
+
+    small.into = _below(into, into_parallel, size, shift, par)
     return small
 
 

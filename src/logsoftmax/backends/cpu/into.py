@@ -143,9 +143,9 @@ def _backward_typed(d, y, out, g, addr, tag, op, accurate, a, b, c):
 
 @njit(inline="always")
 def _refused():
-    """The parallel entries' :data:`REFUSED`, in a parallel loop of one
-    task: a function compiled ``parallel=True`` without any warns
-    (``NumbaPerformanceWarning``) at its compile."""
+    """The parallel entries' :data:`REFUSED`, behind a parallel loop of one
+    task: a function compiled ``parallel=True`` with no parallel loop in it
+    warns at its compile (``NumbaPerformanceWarning``)."""
     for _ in prange(1):
         pass
     return REFUSED
@@ -154,7 +154,8 @@ def _refused():
 @njit(inline="always")
 def _over_rows(addr, tag, ntask, head, a, b, out, g, out_op):
     """A row kernel (``kernel(*head, lo, hi)``) over its rows ``[a = 0, b)``
-    in ``ntask`` ranges at once, as :func:`.native.over_rows` runs it."""
+    in ``ntask`` ranges at once, as :func:`.native.over_rows` runs it
+    (:func:`_over_tiles`' arguments: the entries call either alike)."""
     return DONE if _in_ranges(addr, tag, ntask, head, b) else UNRESOLVED
 
 
