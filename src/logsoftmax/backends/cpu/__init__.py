@@ -311,7 +311,7 @@ def _small_call(run, mod, name, size, shape, in_dt, dtype, g, args, shift=0, uni
             if par is None or _threads() == 1:
                 return run(x, out)
             res = np.empty(shape, dtype) if out is None else out
-            done = par(_stored(x, sx), _stored(res, so))
+            done = par(_stored(x, sx).ravel(), _stored(res, so).ravel())
             return res if done > 0 else run(x, out)
         res = np.empty(shape, dtype) if out is None else out
         if sx is so is None:  # ravel inline: two calls of _flat cost ~0.1 us
@@ -332,14 +332,16 @@ def _small_call(run, mod, name, size, shape, in_dt, dtype, g, args, shift=0, uni
             done = entry(xs, os, g, *_resolve(code, state, (xs, os), g, args))
         return out if done > 0 else None  # DONE
 
-    def into_parallel(x, out):
+    def into_parallel(x, out):  # (the parallel entry takes flat views: its checks, shape aside)
         if _threads() == 1:
             return into(x, out)
+        if out.shape != shape:
+            return None
         if sx is None:
-            return out if par(x, out) > 0 else None
+            return out if par(x.ravel(), out.ravel()) > 0 else None
         if out.dtype is not dtype:
             return None
-        return out if par(x.view(sx), out.view(so)) > 0 else None
+        return out if par(x.view(sx).ravel(), out.view(so).ravel()) > 0 else None
 
     small.into = _below(into, into_parallel, size, shift, par)
     return small
@@ -374,7 +376,12 @@ class ParallelEntry:
     (``into.forward_parallel`` or ``backward_parallel``) running a plan's
     serial kernel (``code``, whose address and tag it shares with the
     serial entry's ``state``) over ``min(units, threads)`` ranges of its
-    rows or tiles, on whole arrays and an ``out`` nobody checked.
+    rows or tiles, on flat views of C-contiguous arrays of the plan's shape
+    (the callers see to both) and an ``out`` nobody checked otherwise.
+    Flat, so that a signature compiles once for every rank: ~0.85 s each
+    (``parallel=True``), which the arrays of a cold ``make test`` had
+    compiled once per rank, dtype and kernel (the suite 11:10 against
+    8:35-8:45 before; docs/performance.md, the sixteenth Zen 4 session).
 
     Why: a parallel call on the general path cost ~6 us more than the
     kernel's own run on two threads (256x128 float32: 17.1 us against
@@ -413,7 +420,7 @@ def _small_call2(run, mod, name, size, shape, in_dt, dtype, g, args, shift=0, un
             if par is None or _threads() == 1:
                 return run(d, y, out)
             res = np.empty(shape, dtype) if out is None else out
-            done = par(_stored(d, sx), _stored(y, sx), _stored(res, so))
+            done = par(_stored(d, sx).ravel(), _stored(y, sx).ravel(), _stored(res, so).ravel())
             return res if done > 0 else run(d, y, out)
         res = np.empty(shape, dtype) if out is None else out
         if sx is so is None:
@@ -437,11 +444,13 @@ def _small_call2(run, mod, name, size, shape, in_dt, dtype, g, args, shift=0, un
     def into_parallel(d, y, out):
         if _threads() == 1:
             return into(d, y, out)
+        if out.shape != shape or y.shape != shape:
+            return None
         if sx is None:
-            return out if par(d, y, out) > 0 else None
+            return out if par(d.ravel(), y.ravel(), out.ravel()) > 0 else None
         if out.dtype is not dtype or y.dtype is not in_dt:
             return None
-        return out if par(d.view(sx), y.view(sx), out.view(so)) > 0 else None
+        return out if par(d.view(sx).ravel(), y.view(sx).ravel(), out.view(so).ravel()) > 0 else None
 
     small.into = _below(into, into_parallel, size, shift, par)
     return small
