@@ -36,8 +36,9 @@ against 1.58).
 
 Calls big enough to run in parallel (``SERIAL_MAX`` and its shifts, in
 :mod:`.`) whose result is under the pool's :data:`.alloc.POOL_MIN` take
-the parallel entries (:func:`forward_parallel`, :func:`backward_parallel`):
-the same checks, then the same serial kernel over ``ntask`` ranges of its
+the parallel entries (:func:`forward_parallel`, :func:`backward_parallel`),
+on flat views (one compile for every rank; the caller compares ``out``'s
+shape): the same checks, then the same serial kernel over ``ntask`` ranges of its
 rows or tiles in a ``prange``, as :func:`.native.over_rows` and
 :func:`.native.over_tiles` run it; allocating calls too, on a fresh
 ``np.empty``. On the general path such a call cost ~6 us more than the
