@@ -379,9 +379,8 @@ class ParallelEntry:
     rows or tiles, on flat views of C-contiguous arrays of the plan's shape
     (the callers see to both) and an ``out`` nobody checked otherwise.
     Flat, so that a signature compiles once for every rank: ~0.85 s each
-    (``parallel=True``), which the arrays of a cold ``make test`` had
-    compiled once per rank, dtype and kernel (the suite 11:10 against
-    8:35-8:45 before; docs/performance.md, the sixteenth Zen 4 session).
+    (``parallel=True``; measured for float32 rows, 2-D and 3-D arrays, AMD
+    EPYC Zen 4).
 
     Why: a parallel call on the general path cost ~6 us more than the
     kernel's own run on two threads (256x128 float32: 17.1 us against

@@ -186,11 +186,9 @@ def _forward_parallel_typed(x, out, g, addr, tag, ntask, op, accurate, a, b, c):
     over = _ranges(c)
 
     def run(x, out, g, addr, tag, ntask, op, accurate, a, b, c):
-        if x.shape != out.shape or not _same_or_apart(x, out):
+        if x.size != out.size or not _same_or_apart(x, out):  # (flat views)
             return REFUSED
-        flat = out.reshape(out.size)
-        head = (x.reshape(x.size), flat, g, op, accurate)
-        return over(addr, tag, ntask, head, a, b, flat, g, 1)
+        return over(addr, tag, ntask, (x, out, g, op, accurate), a, b, out, g, 1)
 
     return run
 
@@ -206,14 +204,11 @@ def _backward_parallel_typed(d, y, out, g, addr, tag, ntask, op, accurate, a, b,
     over = _ranges(c)
 
     def run(d, y, out, g, addr, tag, ntask, op, accurate, a, b, c):
-        if d.shape != out.shape or y.shape != out.shape:
+        if d.size != out.size or y.size != out.size:  # (flat views)
             return REFUSED
         if not (_same_or_apart(d, out) and _same_or_apart(y, out)):
             return REFUSED
-        n = out.size
-        flat = out.reshape(n)
-        head = (d.reshape(n), y.reshape(n), flat, g, op, accurate)
-        return over(addr, tag, ntask, head, a, b, flat, g, 2)
+        return over(addr, tag, ntask, (d, y, out, g, op, accurate), a, b, out, g, 2)
 
     return run
 
