@@ -500,10 +500,18 @@ def _public() -> list[dict]:
     return json.loads(text)
 
 
+#: bfloat16 <-> float16: each a signature of its own of the row kernels
+#: (~80 s of compiling for the sample's four, cold, AMD EPYC Zen 3);
+#: `make test-slow`'s run of all 1101 problems has them
+_CROSS_16BIT = {("bf16", "f16"), ("f16", "bf16")}
+
+
 def _sample_200(problems: list[dict]) -> list[dict]:
     """200 problems of at most 1M elements, evenly spaced through the file
-    (deterministic; covers every direction, data-type pair and layout)."""
-    small = [p for p in problems if p["nelems"] <= 1_000_000]
+    (deterministic; covers every direction, layout and data-type pair but
+    bfloat16 <-> float16)."""
+    small = [p for p in problems
+             if p["nelems"] <= 1_000_000 and (p["sdt"], p["ddt"]) not in _CROSS_16BIT]
     return [small[i * len(small) // 200] for i in range(200)]
 
 

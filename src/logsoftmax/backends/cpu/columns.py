@@ -27,7 +27,7 @@ from numba import njit, prange
 
 from .. import Op
 from ._math import exp_f32_for, exp_f32_sum, exp_f64, exp_f64_any, log_f64
-from ._simd import I0, TRUE, view, wide_vectors
+from ._simd import I0, TRUE, float32_result, view, wide_vectors
 from ._vec import (
     W,
     address,
@@ -931,6 +931,7 @@ def forward_tiles(xb, ob, g, op, accurate, J, t0, t1):
     :func:`line_shift`). ``ob`` may be the memory of ``xb`` with the same
     geometry (in place): pass 2 reads each vector (or chunk stage) before
     writing it."""
+    accurate = accurate and float32_result(ob)  # (a constant for 16-bit results)
     wide_vectors()
     n = g[2]
     ni = g[3]
@@ -1336,6 +1337,7 @@ def _tile_grad_write(db, pd, dsn, yb, py, ysn, ob, q, qsn, cl, jn, op, accurate,
 def backward_tiles(db, yb, ob, g, op, accurate, J, t0, t1):
     """Backward on tiles ``[t0, t1)`` (as :func:`forward_tiles`); ``ob`` may
     be the memory of ``db`` or ``yb`` with the same geometry (in place)."""
+    accurate = accurate and float32_result(ob)  # (a constant for 16-bit results)
     wide_vectors()
     n = g[2]
     ni = g[3]

@@ -81,7 +81,7 @@ from numba import njit
 
 from .. import Op
 from ._math import exp_f32_sum, exp_f64, log_f64
-from ._simd import wide_vectors
+from ._simd import float32_result, wide_vectors
 from ._vec import (
     W,
     address,
@@ -254,6 +254,7 @@ def forward_few(xb, ob, g, op, accurate, J, t0, t1):
     """Forward on tiles ``[t0, t1)`` of ``J`` columns (``t1 < 0``: to the
     last), as :func:`.columns.forward_tiles`. ``ob`` may be ``xb``'s memory
     (in place): a block's rows are read before they are written."""
+    accurate = accurate and float32_result(ob)  # (a constant for 16-bit results)
     wide_vectors()
     n = g[2]
     ni = g[3]
@@ -327,6 +328,7 @@ def backward_few(db, yb, ob, g, op, accurate, J, t0, t1):
       16x2x128x128 1.09x; 4x10x16x16 0.97x, 16x16x64x64 0.99x; at 21-64
       rows, where a block's lanes take 21-32 KiB of L1, it lost,
       0.93-0.98x)."""
+    accurate = accurate and float32_result(ob)  # (a constant for 16-bit results)
     if g[2] > FEW_ROWS:
         _backward_many(db, yb, ob, g, op, accurate, J, t0, t1)
     else:

@@ -21,7 +21,7 @@ from numba import njit, prange
 from numba.extending import register_jitable
 
 from ._math import log_f64
-from ._simd import TRUE, keep, view, wide_vectors
+from ._simd import TRUE, float32_result, keep, view, wide_vectors
 from ._vec import (
     W,
     hi_f64,
@@ -393,6 +393,7 @@ def forward_range(xb, ob, g, op, accurate, r0, r1):
     same memory as ``xb`` with the same geometry (in place): every vector
     is read before it is written, and a staged row is gathered before its
     result is scattered back."""
+    accurate = accurate and float32_result(ob)  # (a constant for 16-bit results)
     wide_vectors()
     n = g[2]
     if (pipelined(n, op, accurate) and r1 - r0 > 1
@@ -564,6 +565,7 @@ def _span_rows(ob, g, n, operands):
 def backward_range(db, yb, ob, g, op, accurate, r0, r1):
     """Backward on rows ``[r0, r1)``; ``ob`` may be the memory of ``db`` or
     ``yb`` with the same geometry (in place, as :func:`forward_range`)."""
+    accurate = accurate and float32_result(ob)  # (a constant for 16-bit results)
     wide_vectors()
     n = g[2]
     # unit-stride rows of up to a chunk take backward_short (the backend's
@@ -867,6 +869,7 @@ def forward_short(xb, ob, g, op, accurate, r0, r1):
     of latency) overlap instead of running one after another. A streamed
     output whose rows lie end to end (with the input's) is written as one
     span, a batch at a time (:func:`_write_span`)."""
+    accurate = accurate and float32_result(ob)  # (a constant for 16-bit results)
     wide_vectors()
     n = g[2]
     # a row per lane (.tiny) for tasks of at least a whole batch: a call on
@@ -1092,6 +1095,7 @@ def backward_short(db, yb, ob, g, op, accurate, r0, r1):
     fast path pipelined (:func:`_backward_pipelined`), the accurate one a
     row at a time, its sum and then its writes (:func:`_backward_short_rows`);
     rows of a few elements a row per vector lane (:mod:`.tiny`)."""
+    accurate = accurate and float32_result(ob)  # (a constant for 16-bit results)
     wide_vectors()
     n = g[2]
     if n <= tiny.backward_max(accurate) and r1 - r0 >= W:  # as forward_short
