@@ -6,10 +6,11 @@ elements (``backends/cpu/__init__``: ``SERIAL_MAX``, ``ACCURATE_SHIFT``,
 saves on small calls. Where that line pays depends on the CPU, so it is
 measured on each one: this script times the same ``out=`` call both ways
 in one process, interleaved round by round. One way with ``SERIAL_MAX``
-set past every problem (all serial), the other with ``SERIAL_MAX`` at 16
-(every call big enough to split goes parallel); each way keeps its own
-plans (a plan picks its serial or parallel entry once). Both give the
-same bits (checked).
+set past every problem (all serial), the other with ``SERIAL_MAX`` at the
+problem's own size (parallel, whatever its shift; a smaller value would
+also cut a long row into chunks over threads, which no call of the
+default sizes does); each way keeps its own plans (a plan picks its
+serial or parallel entry once). Both give the same bits (checked).
 
 Prints, per problem and direction, the medians in microseconds and
 serial / parallel (above 1: the parallel call is faster).
@@ -58,20 +59,20 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     cpu = importlib.import_module("logsoftmax.backends.cpu")
     backend = get_backend("cpu")
-    default = cpu.SERIAL_MAX
-    ways = {"serial": (1 << 60, {}), "parallel": (16, {})}
+    default = cpu.SERIAL_MAX, backend._plans
 
     def under(way, call):
         cpu.SERIAL_MAX, backend._plans = ways[way]
         try:
             return call()
         finally:
-            cpu.SERIAL_MAX, backend._plans = default, {}
+            cpu.SERIAL_MAX, backend._plans = default
 
     print(f"{'problem':24s} {'dir':4s} {'serial us':>10s} {'parallel us':>12s} {'serial/parallel':>16s}")
     rng = np.random.default_rng(0)
     for rows, n, dt in PROBLEMS:
         x = (rng.standard_normal((rows, n)) * 3).astype(dt)
+        ways = {"serial": (1 << 60, {}), "parallel": (x.size, {})}
         y = logsoftmax.log_softmax(x)
         for direction in ("fwd", "bwd"):
             outs = {w: np.empty_like(x) for w in ways}
