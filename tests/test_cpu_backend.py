@@ -200,8 +200,8 @@ def _slow(*values):
     return pytest.param(*values, marks=pytest.mark.slow)
 
 
-# Each pair is a new signature of the short-row kernels (~45 s of
-# compiling each direction on a cold cache, AMD EPYC Zen 3): the default
+# Each pair is a new signature of the short-row kernels (40-51 s of
+# compiling a kernel on a cold cache, AMD EPYC Zen 3): the default
 # run takes float16 -> float32, whose kernels the driver's public problems
 # compile anyway, and `make test-slow` the bfloat16 pairs
 @pytest.mark.heavy

@@ -501,8 +501,8 @@ def float32_result(buf):
     plans); ``accurate and float32_result(out)`` lets LLVM drop that path
     from the kernels compiled for 16-bit results: 12% less time to compile
     ``rows.forward_short`` for bfloat16 (63.7 against 72.8 s, a first call
-    in a fresh process and cache; AMD EPYC Zen 3), the same machine code
-    for float32."""
+    in a fresh process and cache; AMD EPYC Zen 3). For float32 results it
+    is ``accurate and True``: the run-time choice as before."""
     raise NotImplementedError  # pragma: no cover
 
 
