@@ -1,4 +1,4 @@
-"""Where a parallel call starts to pay: the serial kernel against the parallel one.
+"""Where a parallel call starts to pay: the serial kernel against the parallel call.
 
 The CPU backend runs a call serially below ``SERIAL_MAX >> shift``
 elements (``backends/cpu/__init__``: ``SERIAL_MAX``, ``ACCURATE_SHIFT``,
@@ -10,7 +10,9 @@ set past every problem (all serial), the other with ``SERIAL_MAX`` at the
 problem's own size (parallel, whatever its shift; a smaller value would
 also cut a long row into chunks over threads, which no call of the
 default sizes does); each way keeps its own plans (a plan picks its
-serial or parallel entry once). Both give the same bits (checked).
+serial or parallel entry once). The parallel call is the plan's parallel
+entry where it has one, else the general path (a few long rows, split
+over threads: 8x4096, 16x4096). Both give the same bits (checked).
 
 Prints, per problem and direction, the medians in microseconds and
 serial / parallel (above 1: the parallel call is faster).

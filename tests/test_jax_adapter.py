@@ -28,12 +28,13 @@ DT_IDS = ["f32", "bf16", "f16", "f64"]
 # The float16 handlers link the same kernels as bfloat16's for int16
 # storage: ~50 s of compiling each on a cold cache (AMD EPYC Zen 3, where a
 # cold `make test` took 18 minutes), so `make test-slow` runs those cases
-F16_SLOW = {"f16": pytest.mark.slow}
 
 
-def _dtypes():
-    """``DTYPES`` as parametrize cases, float16's marked slow."""
-    return [pytest.param(d, id=i, marks=F16_SLOW.get(i, ())) for d, i in zip(DTYPES, DT_IDS)]
+def _dtypes(n=len(DTYPES), slow=("f16",)):
+    """``DTYPES[:n]`` as parametrize cases, those named in ``slow`` run by
+    `make test-slow` only."""
+    return [pytest.param(d, id=i, marks=pytest.mark.slow if i in slow else ())
+            for d, i in zip(DTYPES[:n], DT_IDS[:n])]
 
 
 def x64():
@@ -189,11 +190,7 @@ def test_vmap_and_vmap_of_grad():
 # bfloat16's handler is compiled by test_ffi_bits_equal_front_door, whose
 # bits are the front door's (itself held to one rounding); compiled again
 # here by the other pytest worker, it cost ~35 s of a cold run
-@pytest.mark.parametrize("dtype", [
-    pytest.param(DTYPES[0], id="f32"),
-    pytest.param(BF16, id="bf16", marks=pytest.mark.slow),
-    pytest.param(DTYPES[2], id="f16", marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize("dtype", _dtypes(3, slow=("bf16", "f16")))
 def test_low_precision_rounded_once(dtype):
     xn = _rand((16, 300), dtype)
     x = jnp.asarray(xn)
