@@ -30,9 +30,10 @@ drop-in: $(VENV)/.installed-demo
 	$(BIN)/python examples/torch_drop_in.py
 	$(BIN)/python examples/jax_drop_in.py
 
-## test: install the test extra and run the suite (slow cases excluded)
+## test: install the test extra and run the suite (slow cases excluded; the two workers
+## first compile the kernels most tests share, each kernel once: tests/warm_kernels.py)
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slow" --warm-kernels $(PYTEST_ARGS)
 
 ## test-slow: only the cases marked slow
 test-slow: $(VENV)/.installed-test

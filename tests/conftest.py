@@ -13,6 +13,7 @@ rounded inputs; never through the library.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -348,6 +349,30 @@ def count_kernel_calls(monkeypatch, called: list, kernels) -> None:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20261130)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--warm-kernels", action="store_true",
+        help="under pytest-xdist, compile the shared kernels first, each by one worker "
+             "(tests/warm_kernels.py; `make test` passes it)")
+
+
+def pytest_sessionstart(session):
+    """An xdist worker's share of the kernel warm-up (tests/warm_kernels.py)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if session.config.getoption("--warm-kernels") and worker:
+        from warm_kernels import warm
+
+        warm(int(worker.removeprefix("gw")), int(os.environ["PYTEST_XDIST_WORKER_COUNT"]),
+             os.environ.get("PYTEST_XDIST_TESTRUNUID", "run"))
+
+
+def pytest_sessionfinish(session):
+    if session.config.getoption("--warm-kernels") and os.environ.get("PYTEST_XDIST_WORKER") == "gw0":
+        from warm_kernels import clean
+
+        clean(os.environ.get("PYTEST_XDIST_TESTRUNUID", "run"))
 
 
 def pytest_collection_modifyitems(config, items):

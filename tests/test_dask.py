@@ -226,9 +226,10 @@ def test_split_every_two_gives_a_deeper_tree_and_the_same_bound(rng):
 
 
 def test_mixed_precision_result_dtype(rng):
-    # float16 in, float32 out: the blocks' kernels are the driver tests'
-    # (a new pair of storage types compiles the row kernels again)
-    x = _data(rng, (4, 30), np.float16)
+    # bfloat16 in, float32 out: the blocks' kernels are those of the other
+    # default tests' pair (a new pair of storage types compiles the row
+    # kernels again; test_cpu_backend.py, test_mixed_result_dtype_rounds_once)
+    x = _data(rng, (4, 30), LOW_PRECISION[0])
     for chunks in ((4, 30), (4, 7)):
         y = logsoftmax.log_softmax(da.from_array(x, chunks=chunks), dtype=np.float32)
         assert y.dtype == np.float32

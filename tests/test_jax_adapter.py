@@ -126,6 +126,36 @@ def test_bridge_compiles_no_literal_specializations():
             assert not any(isinstance(t, types.Literal) for t in sig), (k.__name__, sig)
 
 
+@pytest.mark.parametrize("dtype", _dtypes())
+def test_handlers_link_every_kernel_they_call(monkeypatch, dtype):
+    """A cached handler calls the kernels through symbols that
+    ``_ffi.target`` links before it loads the handler (an unresolved one
+    would crash the process): its list is exactly the symbols that the
+    handler's code asks for when compiled (recorded in ``native.LINKED``
+    while a fresh dispatcher types it)."""
+    from numba import njit, types
+    from numba.np.numpy_support import from_dtype
+
+    from logsoftmax.backends.cpu import native
+    from logsoftmax.backends.cpu.layout import storage_dtype
+    from logsoftmax.jax import _ffi
+
+    f64 = dtype == np.float64
+    A = types.Array(from_dtype(storage_dtype(dtype)), 1, "C")
+    i, b = types.int64, types.boolean
+    helpers = {
+        "fwd": (_ffi._forward64 if f64 else _ffi._forward, (A, A, i, i, i, i, b)),
+        "bwd": (_ffi._backward64 if f64 else _ffi._backward, (A, A, A, i, i, i, i, b)),
+        "lse": (_ffi._logsumexp64 if f64 else _ffi._logsumexp, (A, A, i, i, i, b)),
+    }
+    for kind, (helper, sig) in helpers.items():
+        asked = set()
+        monkeypatch.setattr(native, "LINKED", asked)
+        njit(helper.py_func).compile(sig)
+        listed = {native._symbol(getattr(m, k), t) for m, k, t in _ffi.links(kind, dtype)}
+        assert asked == listed and len(listed) >= 2, (kind, asked ^ listed)
+
+
 def test_logsumexp_non_adjacent_axes():
     xn = _rand((3, 4, 5, 6), np.float32)
     for axes in ((0, 2), (1, 3), (0, 1, 3)):

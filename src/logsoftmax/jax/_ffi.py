@@ -27,7 +27,8 @@ while Python runs the library's parallel kernels elsewhere, and the
 problems a JAX program hands to one op are mostly below the backend's
 ``SERIAL_MAX`` anyway. Handlers compile on first use per (kind, dtype)
 and are cached on disk (``cache=True``); ``import logsoftmax.jax`` compiles
-nothing.
+nothing. They call the kernels through symbols (:func:`links`, linked by
+:func:`target` before a handler is compiled or loaded), not copies of them.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import numpy as np
 from llvmlite import ir
 from numba import carray, cfunc, njit, types
 from numba.extending import intrinsic
+from numba.np.numpy_support import from_dtype as numba_dtype
 
 from .. import dtypes
 from ..backends import InPlace
@@ -49,6 +51,7 @@ from ..backends.cpu import rows as R
 from ..backends.cpu import segment as S
 from ..backends.cpu._simd import I0, I1, store
 from ..backends.cpu.layout import storage_dtype
+from ..backends.cpu.native import link, linked
 
 __all__ = ["target", "KINDS"]
 
@@ -191,6 +194,46 @@ def _split(buf: int, axis: int):
 # when ``inner > 1`` (and ``n > 1``), else rows, ``outer * inner`` of them
 # (with ``n == 1`` every element is a row). Every kernel runs the same
 # per-row arithmetic, so any form gives the front door's bits (tested).
+# The kernels are called through their symbols (backends/cpu/native.py,
+# ``linked``), not linked into each handler: a handler that held its own
+# copies of the kernels compiled them again, for ~70 s of a cold `make
+# test`'s compiling (AMD EPYC Zen 3), and kept its copies, however the
+# kernels changed, for as long as this file did not
+_FORWARD_TILES, _FORWARD_SHORT, _FORWARD_RANGE = (linked(C, "forward_tiles"), linked(R, "forward_short"),
+                                                  linked(R, "forward_range"))
+_BACKWARD_TILES, _BACKWARD_SHORT, _BACKWARD_RANGE = (linked(C, "backward_tiles"), linked(R, "backward_short"),
+                                                     linked(R, "backward_range"))
+_LOGSUMEXP_TILES, _LOGSUMEXP_RANGE = linked(C, "logsumexp_tiles"), linked(R, "logsumexp_range")
+_FWD_INNER64, _FWD_ROWS64 = linked(F64, "fwd_inner_serial"), linked(F64, "fwd_rows_serial")
+_BWD_INNER64, _BWD_ROWS64 = linked(F64, "bwd_inner_serial"), linked(F64, "bwd_rows_serial")
+_LSE_INNER64, _LSE_ROWS64 = linked(F64, "lse_inner_serial"), linked(F64, "lse_rows_serial")
+
+
+def links(kind: str, dtype) -> list[tuple[object, str, tuple]]:
+    """``(module, kernel, argument types)`` of every kernel the handler
+    ``kind`` for numpy ``dtype`` calls: what :func:`target` links before it
+    compiles the handler or loads it from the disk cache."""
+    A = types.Array(numba_dtype(storage_dtype(dtype)), 1, "C")
+    G, F64A = types.Array(types.int64, 1, "C"), types.Array(types.float64, 1, "C")
+    i, b = types.int64, types.boolean
+    if np.dtype(dtype) == dtypes.float64:
+        return {
+            "fwd": [(F64, "fwd_inner_serial", (A, G, A, G) + (i,) * 6),
+                    (F64, "fwd_rows_serial", (A, G, A, G) + (i,) * 5)],
+            "bwd": [(F64, "bwd_inner_serial", (A, G, A, G, A, G) + (i,) * 6),
+                    (F64, "bwd_rows_serial", (A, G, A, G, A, G) + (i,) * 5)],
+            "lse": [(F64, "lse_inner_serial", (A, G, A, G) + (i,) * 5),
+                    (F64, "lse_rows_serial", (A, G, A, G) + (i,) * 3)],
+        }[kind]
+    return {
+        "fwd": [(C, "forward_tiles", (A, A, G, i, b, i, i, i)), (R, "forward_short", (A, A, G, i, b, i, i)),
+                (R, "forward_range", (A, A, G, i, b, i, i))],
+        "bwd": [(C, "backward_tiles", (A, A, A, G, i, b, i, i, i)), (R, "backward_short", (A, A, A, G, i, b, i, i)),
+                (R, "backward_range", (A, A, A, G, i, b, i, i))],
+        "lse": [(C, "logsumexp_tiles", (A, F64A, G, i, i, i)), (R, "logsumexp_range", (A, F64A, G, i, i))],
+    }[kind]
+
+
 @njit
 def _geometry(outer: int, n: int, inner: int, nops: int):
     """The row/column kernels' geometry ``[n1, n2, n, ni, (off, s1, s2, sn,
@@ -218,11 +261,11 @@ def _forward(xb, ob, outer, n, inner, op, accurate):
     g = _geometry(outer, n, inner, 2)
     if g[3] > 1:
         J = C.tile_width(n, g[3])
-        C.forward_tiles(xb, ob, g, op, accurate, J, I0, -I1)  # every tile
+        _FORWARD_TILES((xb, ob, g, op, accurate, J, I0, -I1))  # every tile
     elif n <= S.CHUNK:
-        R.forward_short(xb, ob, g, op, accurate, I0, g[0])
+        _FORWARD_SHORT((xb, ob, g, op, accurate, I0, g[0]))
     else:
-        R.forward_range(xb, ob, g, op, accurate, I0, g[0])
+        _FORWARD_RANGE((xb, ob, g, op, accurate, I0, g[0]))
 
 
 @njit
@@ -230,11 +273,11 @@ def _backward(db, yb, ob, outer, n, inner, op, accurate):
     g = _geometry(outer, n, inner, 3)
     if g[3] > 1:
         J = C.column_tile_width(n, g[3], True, 1, g[0], 0, 0)  # (caches unknown here)
-        C.backward_tiles(db, yb, ob, g, op, accurate, J, I0, -I1)
+        _BACKWARD_TILES((db, yb, ob, g, op, accurate, J, I0, -I1))
     elif n <= S.CHUNK:
-        R.backward_short(db, yb, ob, g, op, accurate, I0, g[0])
+        _BACKWARD_SHORT((db, yb, ob, g, op, accurate, I0, g[0]))
     else:
-        R.backward_range(db, yb, ob, g, op, accurate, I0, g[0])
+        _BACKWARD_RANGE((db, yb, ob, g, op, accurate, I0, g[0]))
 
 
 @njit
@@ -249,10 +292,10 @@ def _logsumexp(xb, ob, outer, n, inner, accurate):
         if g[3] > 1:
             g[9 + 1] = inner
             J = C.tile_width(n, g[3])
-            C.logsumexp_tiles(xb, res, g, J, I0, _tiles(g, J))
+            _LOGSUMEXP_TILES((xb, res, g, J, I0, _tiles(g, J)))
         else:
             g[9 + 1] = 1
-            R.logsumexp_range(xb, res, g, I0, g[0])
+            _LOGSUMEXP_RANGE((xb, res, g, I0, g[0]))
     for i in range(res.size):
         store(ob, i, res[i])
 
@@ -285,18 +328,18 @@ def _tile64(n: int, ni: int) -> int:
 def _forward64(xb, ob, outer, n, inner, op, accurate):
     n1, ni, g = _geometry64(outer, n, inner)
     if ni > 1:
-        F64.fwd_inner_serial(xb, g, ob, g, n1, I1, n, ni, op, _tile64(n, ni))
+        _FWD_INNER64((xb, g, ob, g, n1, I1, n, ni, op, _tile64(n, ni)))
     else:
-        F64.fwd_rows_serial(xb, g, ob, g, n1, I1, n, op, _NOT_IN_PLACE)
+        _FWD_ROWS64((xb, g, ob, g, n1, I1, n, op, _NOT_IN_PLACE))
 
 
 @njit
 def _backward64(db, yb, ob, outer, n, inner, op, accurate):
     n1, ni, g = _geometry64(outer, n, inner)
     if ni > 1:
-        F64.bwd_inner_serial(db, g, yb, g, ob, g, n1, I1, n, ni, op, _tile64(n, ni))
+        _BWD_INNER64((db, g, yb, g, ob, g, n1, I1, n, ni, op, _tile64(n, ni)))
     else:
-        F64.bwd_rows_serial(db, g, yb, g, ob, g, n1, I1, n, op, _NOT_IN_PLACE)
+        _BWD_ROWS64((db, g, yb, g, ob, g, n1, I1, n, op, _NOT_IN_PLACE))
 
 
 @njit
@@ -308,10 +351,10 @@ def _logsumexp64(xb, ob, outer, n, inner, accurate):
     rg = np.zeros(5, np.int64)
     if ni > 1:
         rg[1], rg[4] = inner, 1
-        F64.lse_inner_serial(xb, g, ob, rg, n1, I1, n, ni, _tile64(n, ni))
+        _LSE_INNER64((xb, g, ob, rg, n1, I1, n, ni, _tile64(n, ni)))
     else:
         rg[1] = 1
-        F64.lse_rows_serial(xb, g, ob, rg, n1, I1, n)
+        _LSE_ROWS64((xb, g, ob, rg, n1, I1, n))
 
 
 # --------------------------------------------------------------------------
@@ -398,6 +441,8 @@ def target(kind: str, dtype) -> str:
         name,
     )
     fn.__qualname__ = name
+    for module, kernel, argtypes in links(kind, dtype):
+        link(module, kernel, argtypes)
     handler = cfunc(types.voidptr(types.voidptr), cache=True)(fn)
     _HANDLERS[name] = handler  # XLA holds the bare pointer: keep it alive
     jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler.ctypes), platform="cpu")

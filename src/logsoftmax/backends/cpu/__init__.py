@@ -78,13 +78,10 @@ __all__ = ["CpuBackend", "SERIAL_MAX"]
 #: breaks even at ~2**14 elements and wins 1.5-1.9x at 2**16; but with
 #: another process busy, every parallel call that had to wait for the second
 #: core took 5-8 ms (one scheduler slice). Below 2**16 the serial kernel
-#: loses at most ~0.1 ms and never stalls. The fast path's float32 forward
-#: keeps it: through the parallel entry (:class:`ParallelEntry`) its rows
-#: broke even at 2**15 (16x2048 1.02x, 8x4096 1.06x; 16x4096 1.20x at
-#: 2**16; AMD EPYC Zen 4, one process, interleaved, ``out=``).
+#: loses at most ~0.1 ms and never stalls.
 SERIAL_MAX = 1 << 16
-#: few-row columns (:mod:`.fewrows`), rows of 16-bit data and the fast
-#: path's backward rows go parallel from ``SERIAL_MAX >> FEW_SHIFT``
+#: few-row columns (:mod:`.fewrows`) and the fast path's rows (forward and
+#: backward, any dtype) go parallel from ``SERIAL_MAX >> FEW_SHIFT``
 #: elements; a long row split over threads (:mod:`.split`) waits for
 #: ``SERIAL_MAX`` (2**15 lost there: one row of 36000 0.54x). Few-row
 #: columns, in-process A/B against ``SERIAL_MAX`` (Intel Xeon, LLVM
@@ -95,7 +92,13 @@ SERIAL_MAX = 1 << 16
 #: serial kernel (AMD EPYC Zen 4, one process, interleaved, ``out=``):
 #: bfloat16 256x128 forward 1.11x, backward 1.07x; float32 backward
 #: 256x128 1.23x, 32x1000 1.19x; at 2**14 the backward broke even (128x128
-#: 0.93x, 16x1000 0.99x).
+#: 0.93x, 16x1000 0.99x). The fast float32 forward's rows, which waited for
+#: 2**16, broke even at 2**15 on a Zen 4 (16x2048 1.02x, 8x4096 1.06x,
+#: through the parallel entry) and won on an AVX2-only CPU, whose serial
+#: kernel is slower (8x4096 1.25-1.32x in three runs of
+#: ``benchmarks/parallel_break_even.py``; in-process A/B, ``out=`` / allocating:
+#: 8x4096 1.23x / 1.35x, 16x2048 1.33x / 1.28x, 4x8192 1.27x / 1.49x, 20x2000
+#: 1.46x / 1.41x; AMD EPYC Zen 3, LLVM znver3, same bits).
 FEW_SHIFT = 1
 #: float64 calls go parallel from ``SERIAL_MAX >> F64_SHIFT`` elements: a
 #: float64 element costs 2-3x a float32 one (double-double sums). 512x100
@@ -620,7 +623,7 @@ class CpuBackend(Backend):
             short = lay.unit_rows and n <= segment.CHUNK and not rows.pipelined(n, int(op), accurate)
             splittable = lay.unit_rows and n > 2 * segment.CHUNK
             nch = -(-n // segment.CHUNK)
-            shift = ACCURATE_SHIFT if accurate else FEW_SHIFT if x.itemsize == 2 and not splittable else 0
+            shift = ACCURATE_SHIFT if accurate else 0 if splittable else FEW_SHIFT
             par = native.Parallel(rows, "forward_short" if short else "forward_range", native.over_rows)
 
             def kernel(xb, ob, g):

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import zlib
 
+import llvmlite.binding as llvm
 import numpy as np
 from numba import njit, prange, typeof, types
 from numba.core import cgutils
@@ -42,7 +43,8 @@ from numba.extending import intrinsic
 from ._simd import I0
 from .columns import line_shift, tiles_per_outer
 
-__all__ = ["Compiled", "Parallel", "call_native", "tag_of", "signature_tag", "over_rows", "over_tiles"]
+__all__ = ["Compiled", "Parallel", "call_native", "tag_of", "signature_tag", "over_rows", "over_tiles",
+           "link", "linked"]
 
 
 def signature_tag(argtypes) -> int:
@@ -165,3 +167,69 @@ class Parallel(Compiled):
         entry = self.resolve((*args, I0, I0))
         if not self.driver(*entry, ntask, *args):
             raise RuntimeError(f"{self.module.__name__}.{self.name}: no code for these arguments")
+
+
+# --------------------------------------------------------------------------
+# calls by symbol: for code cached on its own (the JAX FFI handlers)
+# --------------------------------------------------------------------------
+# A numba ``cfunc`` has no arguments to take an address in (an XLA FFI
+# handler gets one pointer, XLA's call frame), and its cache holds machine
+# code. So it calls each kernel by a *symbol*: an external function named
+# after the kernel and its signature's tag, which the JIT's linker resolves
+# when it loads the cached code. :func:`link` registers the symbol
+# (llvmlite's ``add_symbol``, the way numba provides its own C helpers),
+# compiling the kernel or loading it from the disk cache first. A cached
+# caller must be loaded after :func:`link` has run for every kernel it
+# calls, in every process: an unresolved symbol is a crash, not an error
+# (the handlers' :func:`logsoftmax.jax._ffi.target` links first; a test
+# compares its list with the calls the handlers compile).
+def _symbol(kernel, argtypes) -> str:
+    return f"{kernel.py_func.__module__}.{kernel.__name__}.{signature_tag(argtypes):08x}"
+
+
+def link(module, name: str, argtypes) -> tuple[str, object]:
+    """Compile ``module.name`` for ``argtypes`` (or load it from the disk
+    cache) and register its code under its symbol: ``(symbol, return type)``."""
+    kernel = getattr(module, name)
+    argtypes = tuple(argtypes)
+    kernel.compile(argtypes)
+    res = kernel.overloads[argtypes]
+    symbol = _symbol(kernel, argtypes)
+    llvm.add_symbol(symbol, res.library.get_pointer_to_function(res.fndesc.llvm_func_name))
+    return symbol, res.signature.return_type
+
+
+#: the symbols that callers compiled in this process call (:func:`linked`;
+#: the test of :func:`logsoftmax.jax._ffi.target`'s list reads it)
+LINKED: set[str] = set()
+
+
+def linked(module, name: str):
+    """An intrinsic ``call(args)`` that calls the kernel ``module.name`` on
+    the tuple ``args`` through its symbol (:func:`link`, run when a caller
+    is typed), dropping its result; an exception it raises goes on. The
+    caller's code holds a call, not a copy of the kernel."""
+
+    @intrinsic
+    def call(typingctx, args):
+        if not isinstance(args, types.BaseTuple):
+            return None
+        given = tuple(args.types)
+        argtypes = tuple(types.unliteral(t) for t in given)
+        symbol, restype = link(module, name, argtypes)
+
+        def codegen(context, builder, sig, llargs):
+            LINKED.add(symbol)  # (here: numba types a call once a process)
+            cc = context.call_conv
+            fn = cgutils.get_or_insert_function(builder.module, cc.get_function_type(restype, argtypes), symbol)
+            values = [context.cast(builder, v, t, u)
+                      for v, t, u in zip(cgutils.unpack_tuple(builder, llargs[0], len(given)), given, argtypes)]
+            status, _ = cc.call_function(builder, fn, restype, argtypes, values)
+            with cgutils.if_unlikely(builder, status.is_error):
+                cc.return_status_propagate(builder, status)
+            return context.get_dummy_value()
+
+        return types.none(args), codegen
+
+    call.__name__ = f"linked_{name}"
+    return call

@@ -1,0 +1,108 @@
+"""`make test`'s kernel warm-up: the two workers compile the kernels most
+tests share, each kernel by one worker, before the tests start.
+
+Why: on a cold numba cache most of `make test` is compiling (about 13 of
+its ~15 minutes on an AMD EPYC Zen 3, where one signature of the short-row
+kernels takes 30-50 s), and both workers started on tests that need the
+same kernels, so each compiled them: the same signature in both workers
+was 221 s of a cold run's 1258 s of compiling (``numba:compile`` events of
+both workers, pytest 819 s). Here each worker compiles the signatures of
+its share of the kernels (their ``compile``, which saves them to the disk
+cache), then waits for the other's share, which its tests then load from
+disk instead of compiling.
+
+A kernel's signatures all go to one worker: numba updates a function's
+cache index by read, add, write, and two processes saving signatures of
+one kernel at once could lose an entry or give two entries one data file.
+
+On with ``--warm-kernels`` (`make test` passes it) under pytest-xdist;
+off for a single process, where it would compile kernels that a chosen
+test may not need. The signatures and their costs are those of a cold
+run's profile (AMD EPYC Zen 3); a signature no test uses only costs its
+compile, one no longer listed is compiled by the first test that needs it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+#: storage types (the kernels see bfloat16 as uint16, float16 as int16)
+_F32, _BF16, _F16 = np.float32, np.uint16, np.int16
+_SAME = ((_F32, _F32), (_BF16, _BF16), (_F16, _F16))
+#: the default run's pairs of other result types (float32 <-> bfloat16)
+_MIXED = ((_F32, _BF16), (_BF16, _F32))
+
+#: kernel -> (module, kind, [(input, result) storage types], seconds to
+#: compile all of them on a cold cache, AMD EPYC Zen 3)
+KERNELS = {
+    "forward_short": ("rows", "rows", _SAME + _MIXED, 196),
+    "backward_short": ("rows", "bwd_rows", _SAME + _MIXED, 166),
+    "forward_range": ("rows", "rows", _SAME + _MIXED, 109),
+    "forward_tiles": ("columns", "tiles", _SAME, 97),
+    "backward_range": ("rows", "bwd_rows", _SAME + _MIXED[1:], 44),
+    "backward_few": ("fewrows", "bwd_tiles", _SAME + _MIXED[1:], 27),
+    "forward_few": ("fewrows", "tiles", _SAME + _MIXED[:1], 26),
+    "backward_tiles": ("columns", "bwd_tiles", _SAME, 19),
+}
+
+
+def share(worker: int, workers: int) -> list[str]:
+    """The kernels of ``worker`` (of ``workers``): the costliest first, each
+    to the worker with the least so far."""
+    load = [0.0] * workers
+    mine = []
+    for name, (*_, seconds) in sorted(KERNELS.items(), key=lambda kv: -kv[1][3]):
+        w = load.index(min(load))
+        load[w] += seconds
+        if w == worker:
+            mine.append(name)
+    return mine
+
+
+def signatures(name: str) -> list[tuple]:
+    """The numba argument types of kernel ``name``'s listed signatures (the
+    backend's: flat arrays, the geometry, ``op``, ``accurate``, the range)."""
+    from numba import types
+    from numba.np.numpy_support import from_dtype
+
+    _, kind, pairs, _ = KERNELS[name]
+    G, i, b = types.Array(types.int64, 1, "C"), types.int64, types.boolean
+    sigs = []
+    for src, dst in pairs:
+        x, out = types.Array(from_dtype(np.dtype(src)), 1, "C"), types.Array(from_dtype(np.dtype(dst)), 1, "C")
+        head = (x, x, out) if kind.startswith("bwd") else (x, out)
+        tail = (i, i, i) if kind.endswith("tiles") else (i, i)
+        sigs.append(head + (G, i, b) + tail)
+    return sigs
+
+
+def warm(worker: int, workers: int, run_id: str, timeout: float = 900.0) -> None:
+    """Compile ``worker``'s share, then wait (at most ``timeout`` seconds)
+    for every worker of run ``run_id`` to have compiled its own."""
+    import importlib
+
+    for name in share(worker, workers):
+        module = importlib.import_module(f"logsoftmax.backends.cpu.{KERNELS[name][0]}")
+        for sig in signatures(name):
+            getattr(module, name).compile(sig)
+    done = _done_dir(run_id)
+    done.mkdir(exist_ok=True)
+    (done / str(worker)).touch()
+    deadline = time.monotonic() + timeout
+    while len(os.listdir(done)) < workers and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
+def _done_dir(run_id: str) -> Path:
+    return Path(tempfile.gettempdir()) / f"logsoftmax-warm-{run_id}"
+
+
+def clean(run_id: str) -> None:
+    """Remove run ``run_id``'s markers (the first worker, at its end)."""
+    shutil.rmtree(_done_dir(run_id), ignore_errors=True)
