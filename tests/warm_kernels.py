@@ -1,12 +1,12 @@
 """`make test`'s kernel warm-up: the two workers compile the kernels most
 tests share, each kernel by one worker, before the tests start.
 
-Why: on a cold numba cache most of `make test` is compiling (about 13 of
-its ~15 minutes on an AMD EPYC Zen 3, where one signature of the short-row
-kernels takes 30-50 s), and both workers started on tests that need the
-same kernels, so each compiled them: the same signature in both workers
-was 221 s of a cold run's 1258 s of compiling (``numba:compile`` events of
-both workers, pytest 819 s). Here each worker compiles the signatures of
+Why: on a cold numba cache most of `make test` is compiling (AMD EPYC Zen
+3: 1258 s of compiling over both workers in an 819-s pytest run; one
+signature of the short-row kernels takes 30-50 s), and both workers
+started on tests that need the same kernels, so each compiled them: the
+same signature in both workers was 221 s of that (``numba:compile``
+events). With the warm-up: 17 s of 913, pytest 630 s. Here each worker compiles the signatures of
 its share of the kernels (their ``compile``, which saves them to the disk
 cache), then waits for the other's share, which its tests then load from
 disk instead of compiling.
