@@ -24,6 +24,7 @@ compile, one no longer listed is compiled by the first test that needs it.
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import tempfile
@@ -66,27 +67,16 @@ def share(worker: int, workers: int) -> list[str]:
 
 
 def signatures(name: str) -> list[tuple]:
-    """The numba argument types of kernel ``name``'s listed signatures (the
-    backend's: flat arrays, the geometry, ``op``, ``accurate``, the range)."""
-    from numba import types
-    from numba.np.numpy_support import from_dtype
+    """The numba argument types of kernel ``name``'s listed signatures."""
+    from logsoftmax.backends.cpu.native import kernel_types
 
     _, kind, pairs, _ = KERNELS[name]
-    G, i, b = types.Array(types.int64, 1, "C"), types.int64, types.boolean
-    sigs = []
-    for src, dst in pairs:
-        x, out = types.Array(from_dtype(np.dtype(src)), 1, "C"), types.Array(from_dtype(np.dtype(dst)), 1, "C")
-        head = (x, x, out) if kind.startswith("bwd") else (x, out)
-        tail = (i, i, i) if kind.endswith("tiles") else (i, i)
-        sigs.append(head + (G, i, b) + tail)
-    return sigs
+    return [kernel_types(kind.startswith("bwd"), kind.endswith("tiles"), src, dst) for src, dst in pairs]
 
 
 def warm(worker: int, workers: int, run_id: str, timeout: float = 900.0) -> None:
     """Compile ``worker``'s share, then wait (at most ``timeout`` seconds)
     for every worker of run ``run_id`` to have compiled its own."""
-    import importlib
-
     for name in share(worker, workers):
         module = importlib.import_module(f"logsoftmax.backends.cpu.{KERNELS[name][0]}")
         for sig in signatures(name):

@@ -51,7 +51,7 @@ from ..backends.cpu import rows as R
 from ..backends.cpu import segment as S
 from ..backends.cpu._simd import I0, I1, store
 from ..backends.cpu.layout import storage_dtype
-from ..backends.cpu.native import link, linked
+from ..backends.cpu.native import kernel_types, link, linked
 
 __all__ = ["target", "KINDS"]
 
@@ -197,8 +197,7 @@ def _split(buf: int, axis: int):
 # The kernels are called through their symbols (backends/cpu/native.py,
 # ``linked``), not linked into each handler: a handler that held its own
 # copies of the kernels compiled them again, for ~70 s of a cold `make
-# test`'s compiling (AMD EPYC Zen 3), and kept its copies, however the
-# kernels changed, for as long as this file did not
+# test`'s compiling (AMD EPYC Zen 3)
 _FORWARD_TILES, _FORWARD_SHORT, _FORWARD_RANGE = (linked(C, "forward_tiles"), linked(R, "forward_short"),
                                                   linked(R, "forward_range"))
 _BACKWARD_TILES, _BACKWARD_SHORT, _BACKWARD_RANGE = (linked(C, "backward_tiles"), linked(R, "backward_short"),
@@ -215,7 +214,7 @@ def links(kind: str, dtype) -> list[tuple[object, str, tuple]]:
     compiles the handler or loads it from the disk cache."""
     A = types.Array(numba_dtype(storage_dtype(dtype)), 1, "C")
     G, F64A = types.Array(types.int64, 1, "C"), types.Array(types.float64, 1, "C")
-    i, b = types.int64, types.boolean
+    i = types.int64
     if np.dtype(dtype) == dtypes.float64:
         return {
             "fwd": [(F64, "fwd_inner_serial", (A, G, A, G) + (i,) * 6),
@@ -225,13 +224,11 @@ def links(kind: str, dtype) -> list[tuple[object, str, tuple]]:
             "lse": [(F64, "lse_inner_serial", (A, G, A, G) + (i,) * 5),
                     (F64, "lse_rows_serial", (A, G, A, G) + (i,) * 3)],
         }[kind]
-    return {
-        "fwd": [(C, "forward_tiles", (A, A, G, i, b, i, i, i)), (R, "forward_short", (A, A, G, i, b, i, i)),
-                (R, "forward_range", (A, A, G, i, b, i, i))],
-        "bwd": [(C, "backward_tiles", (A, A, A, G, i, b, i, i, i)), (R, "backward_short", (A, A, A, G, i, b, i, i)),
-                (R, "backward_range", (A, A, A, G, i, b, i, i))],
-        "lse": [(C, "logsumexp_tiles", (A, F64A, G, i, i, i)), (R, "logsumexp_range", (A, F64A, G, i, i))],
-    }[kind]
+    if kind == "lse":
+        return [(C, "logsumexp_tiles", (A, F64A, G, i, i, i)), (R, "logsumexp_range", (A, F64A, G, i, i))]
+    st, bwd = storage_dtype(dtype), kind == "bwd"
+    return [(C, "backward_tiles" if bwd else "forward_tiles", kernel_types(bwd, True, st, st))] + [
+        (R, ("backward_" if bwd else "forward_") + form, kernel_types(bwd, False, st, st)) for form in ("short", "range")]
 
 
 @njit

@@ -499,9 +499,9 @@ def float32_result(buf):
     """Whether ``buf`` holds float32 results: a constant of its type. The
     kernels' accurate path is for float32 results only (the backend's
     plans); ``accurate and float32_result(out)`` lets LLVM drop that path
-    from the kernels compiled for 16-bit results: 12% less time to compile
-    ``rows.forward_short`` for bfloat16 (63.7 against 72.8 s, a first call
-    in a fresh process and cache; AMD EPYC Zen 3). For float32 results it
+    from the kernels compiled for 16-bit results: ``rows.forward_short``
+    for bfloat16 compiled in 63.7 s against 72.8 (a first call in a fresh
+    process and cache, one run each; AMD EPYC Zen 3). For float32 results it
     is ``accurate and True``: the run-time choice as before."""
     raise NotImplementedError  # pragma: no cover
 

@@ -44,7 +44,7 @@ from ._simd import I0
 from .columns import line_shift, tiles_per_outer
 
 __all__ = ["Compiled", "Parallel", "call_native", "tag_of", "signature_tag", "over_rows", "over_tiles",
-           "link", "linked"]
+           "kernel_types", "link", "linked"]
 
 
 def signature_tag(argtypes) -> int:
@@ -167,6 +167,19 @@ class Parallel(Compiled):
         entry = self.resolve((*args, I0, I0))
         if not self.driver(*entry, ntask, *args):
             raise RuntimeError(f"{self.module.__name__}.{self.name}: no code for these arguments")
+
+
+def kernel_types(backward: bool, tiles: bool, storage, result) -> tuple:
+    """The numba argument types of a row or tile kernel (:mod:`.rows`'
+    ``forward_short`` ..., :mod:`.columns`' and :mod:`.fewrows`' tile
+    kernels) for input storage dtype ``storage`` and result storage dtype
+    ``result``: the flat arrays, the geometry, ``op``, ``accurate``, then
+    the range (``J, t0, t1`` for tiles, ``r0, r1`` for rows), as the
+    backend passes them."""
+    x = types.Array(typeof(np.dtype(storage).type(0)), 1, "C")
+    out = types.Array(typeof(np.dtype(result).type(0)), 1, "C")
+    arrays = (x, x, out) if backward else (x, out)
+    return arrays + (types.Array(types.int64, 1, "C"), types.int64, types.boolean) + (types.int64,) * (3 if tiles else 2)
 
 
 # --------------------------------------------------------------------------
