@@ -311,7 +311,9 @@ def count_kernel_calls(monkeypatch, called: list, kernels) -> None:
     each parallel run of any kernel
     (:class:`logsoftmax.backends.cpu.native.Parallel` and the plans'
     :class:`~logsoftmax.backends.cpu.ParallelEntry`, which call the
-    kernel's compiled code, not the module attribute). The wrappers
+    kernel's compiled code, not the module attribute; a
+    :meth:`~logsoftmax.backends.cpu.native.Parallel.serial` run of one of
+    ``kernels`` counts as a call of it). The wrappers
     stand for the kernels otherwise, so a parallel run can still compile
     them (``compile``, ``overloads``)."""
     from logsoftmax.backends import cpu
@@ -337,6 +339,15 @@ def count_kernel_calls(monkeypatch, called: list, kernels) -> None:
         return parallel(self, *args)
 
     monkeypatch.setattr(native.Parallel, "__call__", counted_parallel)
+    watched = {(module.__name__, name) for module, name in kernels}
+    serial = native.Parallel.serial
+
+    def counted_serial(self, *args):
+        if (self.module.__name__, self.name) in watched:
+            called.append(self.name)
+        return serial(self, *args)
+
+    monkeypatch.setattr(native.Parallel, "serial", counted_serial)
     entered = cpu.ParallelEntry.__call__
 
     def counted_entry(self, *args):

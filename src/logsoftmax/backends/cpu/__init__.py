@@ -596,7 +596,7 @@ class CpuBackend(Backend):
 
             def kernel(xb, ob, g):
                 if _serial(size, FEW_SHIFT):
-                    few.forward_few(xb, ob, g, op, accurate, J, 0, -1)
+                    par.serial(xb, ob, g, op, accurate, J, 0, -1)
                 else:
                     par(min(tiles, _threads()), xb, ob, g, op, accurate, J)
 
@@ -614,7 +614,7 @@ class CpuBackend(Backend):
 
             def kernel(xb, ob, g):
                 if _serial(size):
-                    columns.forward_tiles(xb, ob, g, op, accurate, J, 0, -1)
+                    par.serial(xb, ob, g, op, accurate, J, 0, -1)
                 else:
                     par(min(tiles, _threads()), xb, ob, g, op, accurate, J)
 
@@ -628,8 +628,7 @@ class CpuBackend(Backend):
 
             def kernel(xb, ob, g):
                 if _serial(size, shift):
-                    f = rows.forward_short if short else rows.forward_range
-                    f(xb, ob, g, op, accurate, 0, nrows)
+                    par.serial(xb, ob, g, op, accurate, 0, nrows)
                 elif splittable and nrows < 2 * _threads():
                     pm = np.empty((nrows, nch), np.float64)
                     ps = np.empty((nrows, nch), np.float64)
@@ -732,7 +731,7 @@ class CpuBackend(Backend):
 
             def kernel(db, yb, ob, g):
                 if _serial(size, FEW_SHIFT):
-                    few.backward_few(db, yb, ob, g, op, accurate, J, 0, -1)
+                    par.serial(db, yb, ob, g, op, accurate, J, 0, -1)
                 else:
                     par(min(tiles, _threads()), db, yb, ob, g, op, accurate, J)
 
@@ -751,7 +750,7 @@ class CpuBackend(Backend):
 
             def kernel(db, yb, ob, g):
                 if _serial(size):
-                    columns.backward_tiles(db, yb, ob, g, op, accurate, J, 0, -1)
+                    par.serial(db, yb, ob, g, op, accurate, J, 0, -1)
                 else:
                     par(min(tiles, _threads()), db, yb, ob, g, op, accurate, J)
 
@@ -765,8 +764,7 @@ class CpuBackend(Backend):
 
             def kernel(db, yb, ob, g):
                 if _serial(size, shift):
-                    f = rows.backward_short if short else rows.backward_range
-                    f(db, yb, ob, g, op, accurate, 0, nrows)
+                    par.serial(db, yb, ob, g, op, accurate, 0, nrows)
                 elif splittable and nrows < 2 * _threads():
                     ps = np.empty((nrows, nch), np.float64)
                     split.backward_sums(db, yb, g, op, ps)

@@ -20,6 +20,12 @@ once per signature by its own dispatcher; a driver or an entry is a loop
 and a call, and the same machine code runs, so the bits are the serial
 call's (``test_serial_and_parallel_kernels_bit_identical``).
 
+Every call goes through :func:`call_native`, which puts the kernel's stack
+at one place in its page (:data:`STACK_PHASE`: a random place made some
+processes several times slower), and a parallel run cuts its rows or
+tiles into more ranges than threads where it can, which the threads claim
+one at a time (:func:`_in_ranges`: a thread on a busy core does fewer).
+
 An address is only good for the argument types it was compiled for. So a
 caller takes the :func:`signature_tag` of those types along with the
 address (:class:`Compiled`), and the compiled side runs nothing where the
@@ -36,6 +42,7 @@ import zlib
 
 import llvmlite.binding as llvm
 import numpy as np
+from llvmlite import ir
 from numba import njit, prange, typeof, types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -43,7 +50,7 @@ from numba.extending import intrinsic
 from ._simd import I0
 from .columns import line_shift, tiles_per_outer
 
-__all__ = ["Compiled", "Parallel", "call_native", "tag_of", "signature_tag", "over_rows", "over_tiles",
+__all__ = ["Compiled", "Parallel", "call_native", "call_native_at", "claim", "in_turn", "tag_of", "signature_tag", "over_rows", "over_tiles",
            "kernel_types", "link", "linked"]
 
 
@@ -67,43 +74,173 @@ def tag_of(typingctx, args):
     return types.int64(args), codegen
 
 
+#: where in its 4 KiB page a kernel called by :func:`call_native` finds
+#: its stack: ``rsp % 4096`` at the call. The main thread's stack starts
+#: at a random place in its page (ASLR), and at some places the kernels'
+#: stack slots fall on the address bits 0-11 of the constants their loops
+#: load: a 4K alias, which the loads wait on. A process then ran a kernel
+#: several times slower for its whole life (AMD EPYC Zen 3, LLVM znver3):
+#: the float32 forward of 8x32000, one thread, in cache, took 15.3-18.6 ms
+#: in 4 of 24 processes against 4.6-5.1, 4.8 in a new thread of a slow
+#: process; 1024x32000 ``out=`` on two threads, 33-37 ms forward and
+#: 21-63 ms backward in 2 of 12 processes each against ~10 and ~12
+#: (``python benchmarks/process_spread.py``). Swept over the page
+#: (:func:`call_native_at`), the same places were slow in every process.
+#: So every call goes to one place, where ``python
+#: benchmarks/stack_phase.py`` finds no kernel slow; 12 processes with
+#: it ran 10.0-11.5 ms and 11.3-20.6 ms.
+STACK_PHASE = 0
+
+
+def _stack_at(builder, phase):
+    """Lower the stack to ``phase`` (an ``i64`` value) modulo 4096 for the
+    call that follows; returns what :func:`_stack_back` takes."""
+    i8p = ir.IntType(8).as_pointer()
+    i64 = ir.IntType(64)
+    save = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i8p, []), "llvm.stacksave.p0")
+    saved = builder.call(save, [])
+    pad = builder.and_(builder.sub(builder.ptrtoint(saved, i64), phase), ir.Constant(i64, 4095))
+    gap = builder.alloca(ir.IntType(8), size=pad)
+    builder.asm(ir.FunctionType(ir.VoidType(), [i8p]), "", "r", [gap], side_effect=True)  # (kept)
+    return saved
+
+
+def _stack_back(builder, saved):
+    restore = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer()]), "llvm.stackrestore.p0")
+    builder.call(restore, [saved])
+
+
+def _call(context, builder, phase, addr, args, argtypes):
+    """The call of :func:`call_native`, the stack at ``phase``."""
+    cc = context.call_conv
+    fnty = cc.get_function_type(types.none, argtypes)
+    fn = builder.inttoptr(addr, fnty.as_pointer())
+    retval = cgutils.alloca_once(builder, fnty.args[0].pointee)
+    builder.store(cgutils.get_null_value(retval.type.pointee), retval)
+    excinfo = cgutils.alloca_once(builder, fnty.args[1].pointee, name="excinfo")
+    values = cgutils.unpack_tuple(builder, args, len(argtypes))
+    packed = list(cc._get_arg_packer(argtypes).as_arguments(builder, values))
+    saved = _stack_at(builder, phase)
+    code = builder.call(fn, [retval, excinfo, *packed])
+    _stack_back(builder, saved)
+    status = cc._get_return_status(builder, code, builder.load(excinfo))
+    with cgutils.if_unlikely(builder, status.is_error):
+        cc.return_status_propagate(builder, status)
+    return context.get_dummy_value()
+
+
 @intrinsic
 def call_native(typingctx, addr, args):
     """Call the numba-compiled function at ``addr`` (an integer) with the
-    tuple ``args``, whose types must be those it was compiled for; its
-    return value is dropped and an exception it raises goes on, as from a
-    direct call."""
+    tuple ``args``, whose types must be those it was compiled for, its
+    stack at :data:`STACK_PHASE` in its page; its return value is dropped
+    and an exception it raises goes on, as from a direct call."""
     if not isinstance(addr, types.Integer) or not isinstance(args, types.BaseTuple):
         return None
     argtypes = tuple(args.types)
 
     def codegen(context, builder, sig, llargs):
-        cc = context.call_conv
-        fnty = cc.get_function_type(types.none, argtypes)
-        fn = builder.inttoptr(llargs[0], fnty.as_pointer())
-        retval = cgutils.alloca_once(builder, fnty.args[0].pointee)
-        builder.store(cgutils.get_null_value(retval.type.pointee), retval)
-        excinfo = cgutils.alloca_once(builder, fnty.args[1].pointee, name="excinfo")
-        values = cgutils.unpack_tuple(builder, llargs[1], len(argtypes))
-        packed = list(cc._get_arg_packer(argtypes).as_arguments(builder, values))
-        code = builder.call(fn, [retval, excinfo, *packed])
-        status = cc._get_return_status(builder, code, builder.load(excinfo))
-        with cgutils.if_unlikely(builder, status.is_error):
-            cc.return_status_propagate(builder, status)
-        return context.get_dummy_value()
+        phase = ir.Constant(ir.IntType(64), STACK_PHASE)
+        return _call(context, builder, phase, llargs[0], llargs[1], argtypes)
 
     return types.none(addr, args), codegen
+
+
+@intrinsic
+def call_native_at(typingctx, phase, addr, args):
+    """:func:`call_native` with the stack at ``phase`` (an integer) in its
+    page instead (``benchmarks/stack_phase.py`` sweeps it)."""
+    if not isinstance(addr, types.Integer) or not isinstance(args, types.BaseTuple):
+        return None
+    argtypes = tuple(args.types)
+
+    def codegen(context, builder, sig, llargs):
+        phase = context.cast(builder, llargs[0], sig.args[0], types.int64)
+        return _call(context, builder, phase, llargs[1], llargs[2], argtypes)
+
+    return types.none(phase, addr, args), codegen
+
+
+@intrinsic
+def claim(typingctx, counter):
+    """``counter[0]``, incremented by one in the same atomic step (an
+    ``int64`` array shared by the threads of a parallel loop): each thread
+    that claims gets a number of its own."""
+    if not (isinstance(counter, types.Array) and counter.dtype == types.int64):
+        return None
+
+    def codegen(context, builder, sig, llargs):
+        data = context.make_array(sig.args[0])(context, builder, llargs[0]).data
+        return builder.atomic_rmw("add", data, context.get_constant(types.int64, 1), "monotonic")
+
+    return types.int64(counter), codegen
+
+
+#: ranges per thread that a parallel call is cut into, where it has
+#: :data:`RANGE_UNITS` rows or tiles for each, and the threads claim them
+#: one at a time: a thread that runs slower (a core shared with another
+#: process, a noisy neighbour) then does fewer of them instead of holding
+#: the others up at the loop's end. With a spinning process on one of the
+#: two CPUs (``python benchmarks/process_spread.py --busy-core``, 6 fresh
+#: processes each, AMD EPYC Zen 3), 1024x32000 float32 ``out=``: forward
+#: 22.0 -> 16.0 ms, backward 24.0 -> 16.4 (medians; 10.2 and 12.3 with
+#: both CPUs free). In-process A/B against halves with both CPUs free:
+#: 0.96-1.10x (noise), 8x4096 (two ranges) unchanged.
+RANGES_PER_THREAD = 8
+#: rows or tiles a range holds at least
+RANGE_UNITS = 8
+
+
+@njit(error_model="numpy")
+def _claimed(addr, args, count, nrange, taken, first):
+    """One thread's share of :func:`_in_ranges`' claimed ranges: range
+    ``first`` (its own), then each range it claims from ``taken``. (A
+    function of its own: as the loop's body, its ``t = i`` was an
+    "overwrite of parallel loop index" to numba where inlined.)"""
+    t = first
+    while t < nrange:
+        call_native(addr, args + (np.int64(t * count // nrange), np.int64((t + 1) * count // nrange)))
+        t = claim(taken)
 
 
 @njit(inline="always")
 def _in_ranges(addr, tag, ntask, args, count):
     """``kernel(*args, lo, hi)`` (the kernel at ``addr``) over ``[0,
-    count)``, ``ntask`` ranges in parallel: True; False, having run
-    nothing, where ``tag`` is not that of these arguments."""
+    count)`` on ``ntask`` threads: True; False, having run nothing, where
+    ``tag`` is not that of these arguments.
+
+    ``ntask`` ranges, one a thread, where the rows or tiles are too few
+    for more; else up to :data:`RANGES_PER_THREAD` times as many, of at
+    least :data:`RANGE_UNITS` rows or tiles each: each thread runs its own
+    first one, then claims the next range left (:func:`claim`) until none
+    is. A range's results depend neither on the thread that runs it nor
+    on where ranges begin: the same bits either way."""
     if tag != tag_of(args + (I0, I0)):
         return False
-    for t in prange(ntask):
-        call_native(addr, args + (np.int64(t * count // ntask), np.int64((t + 1) * count // ntask)))
+    nrange = min(ntask * RANGES_PER_THREAD, count // RANGE_UNITS)
+    if nrange <= ntask:
+        # (the claims' counter and calls cost 8x4096 float32, ~18 us, 7%
+        # in-process: static ranges where they would not be used)
+        for t in prange(ntask):
+            call_native(addr, args + (np.int64(t * count // ntask), np.int64((t + 1) * count // ntask)))
+        return True
+    taken = np.empty(1, np.int64)  # (np.zeros: a parallel loop of its own, and its 0 propagated)
+    taken[0] = ntask
+    for i in prange(ntask):
+        _claimed(addr, args, count, nrange, taken, i)
+    return True
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def in_turn(addr, tag, *args):
+    """``kernel(*args)`` (the kernel at ``addr``, ``args`` ending with its
+    range) on this thread, its stack where :func:`call_native` puts it:
+    True; False, having run nothing, where ``tag`` is not that of these
+    arguments."""
+    if tag != tag_of(args):
+        return False
+    call_native(addr, args)
     return True
 
 
@@ -153,7 +290,8 @@ class Compiled:
 class Parallel(Compiled):
     """A serial kernel that takes a range last (``kernel(*args, lo, hi)``)
     run in parallel by ``driver`` (:func:`over_rows`, :func:`over_tiles`):
-    ``Parallel(rows, "forward_short", over_rows)(ntask, *args)``."""
+    ``Parallel(rows, "forward_short", over_rows)(ntask, *args)``, or on
+    this thread: ``.serial(*args, lo, hi)``."""
 
     __slots__ = ("driver",)
 
@@ -166,6 +304,15 @@ class Parallel(Compiled):
             return
         entry = self.resolve((*args, I0, I0))
         if not self.driver(*entry, ntask, *args):
+            raise RuntimeError(f"{self.module.__name__}.{self.name}: no code for these arguments")
+
+    def serial(self, *args):
+        """The kernel on ``args`` (its range included) on this thread,
+        through :func:`in_turn`: the stack where the parallel runs put it."""
+        if in_turn(*self.entry, *args):
+            return
+        entry = self.resolve(args)
+        if not in_turn(*entry, *args):
             raise RuntimeError(f"{self.module.__name__}.{self.name}: no code for these arguments")
 
 
@@ -237,7 +384,9 @@ def linked(module, name: str):
             fn = cgutils.get_or_insert_function(builder.module, cc.get_function_type(restype, argtypes), symbol)
             values = [context.cast(builder, v, t, u)
                       for v, t, u in zip(cgutils.unpack_tuple(builder, llargs[0], len(given)), given, argtypes)]
+            saved = _stack_at(builder, ir.Constant(ir.IntType(64), STACK_PHASE))  # (as call_native)
             status, _ = cc.call_function(builder, fn, restype, argtypes, values)
+            _stack_back(builder, saved)
             with cgutils.if_unlikely(builder, status.is_error):
                 cc.return_status_propagate(builder, status)
             return context.get_dummy_value()
