@@ -11,7 +11,9 @@ in 8-20% of processes. :func:`logsoftmax.backends.cpu.native.call_native`
 therefore calls every kernel with the stack at one place in its page,
 ``STACK_PHASE``; this script times each kernel below, serial and in cache,
 at every 32 bytes of the page (:func:`~logsoftmax.backends.cpu.native.call_native_at`)
-and prints, per kernel, where it runs slow, then the places where none does.
+and prints, per kernel, where it runs slow, then the places where none does
+and those where the slowest kernel is least slow (each kernel against its
+own fastest place).
 
 Each kernel's build decides its slow places, so rerun this after a change to
 the kernels, on a new CPU or a new numba/LLVM, and keep ``STACK_PHASE`` at
@@ -66,6 +68,8 @@ def cases():
             arrays = (_flat(x), _flat(np.empty_like(x)))
         out.append((label, rows, name, arrays + (lay.g, 0, accurate, np.int64(0), np.int64(shape[0]))))
 
+    rows_case("rows fwd 8x4096 f32", "forward_range", (8, 4096), F32, False)
+    rows_case("rows bwd 8x4096 f32", "backward_range", (8, 4096), F32, True)
     for dt, tag in ((F32, "f32"), (BF16, "bf16"), (F16, "f16")):
         rows_case(f"rows fwd 4x32000 {tag}", "forward_range", (4, 32000), dt, False)
         rows_case(f"rows bwd 4x32000 {tag}", "backward_range", (4, 32000), dt, True)
@@ -136,7 +140,9 @@ def main():
     ap.add_argument("--slow", type=float, default=1.5, help="slow: this many times the kernel's fastest place")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    clear = set(range(0, 4096, args.step))
+    places = list(range(0, 4096, args.step))
+    clear = set(places)
+    worst = dict.fromkeys(places, 1.0)
     print(f"STACK_PHASE now: {native.STACK_PHASE}\n")
     print("| kernel | fastest | at STACK_PHASE | slowest | slow places (rsp % 4096) |")
     print("|---|---:|---:|---:|---|")
@@ -145,10 +151,16 @@ def main():
         best = min(t.values())
         slow = sorted(p for p, v in t.items() if v > args.slow * best)
         clear -= set(slow)
+        for p, v in t.items():
+            worst[p] = max(worst[p], v / best)
         here = t.get(native.STACK_PHASE, float("nan"))
         print(f"| {case[0]} | {best * 1e6:.1f} us | {here / best:.2f}x | {max(t.values()) / best:.2f}x | "
               f"{_ranges(slow, args.step)} |")
     print(f"\nplaces no kernel is slow at: {_ranges(sorted(clear), args.step)}")
+    ranked = sorted(places, key=lambda p: worst[p])
+    print("least worst ratio over the kernels: "
+          + ", ".join(f"{p} ({worst[p]:.2f}x)" for p in ranked[:8])
+          + f"; at STACK_PHASE ({native.STACK_PHASE}): {worst.get(native.STACK_PHASE, float('nan')):.2f}x")
 
 
 if __name__ == "__main__":

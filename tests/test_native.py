@@ -54,7 +54,8 @@ def _held(g, log, hold, r0, r1):
 
 def test_a_held_up_thread_leaves_the_other_ranges_to_the_rest():
     """A parallel run cuts its rows into up to ``RANGES_PER_THREAD``
-    ranges a thread (of at least ``RANGE_UNITS`` rows) and each thread
+    ranges a thread (of at least ``RANGE_UNITS`` rows and
+    ``RANGE_ELEMENTS`` elements) and each thread
     claims the next one: the ranges cover every row once, and while one
     thread works on a slow range, the other runs all the others (a static
     split would leave it half of them)."""
@@ -62,7 +63,8 @@ def test_a_held_up_thread_leaves_the_other_ranges_to_the_rest():
         pytest.skip("needs two numba threads")
     numba.set_num_threads(2)
     rows = 2 * native.RANGES_PER_THREAD * native.RANGE_UNITS
-    g = np.array([1, rows, 1, 1], np.int64)
+    n = native.RANGE_ELEMENTS // native.RANGE_UNITS  # (elements a row: enough for such ranges)
+    g = np.array([1, rows, n, 1], np.int64)
     log = np.full((rows, 3), -1, np.int64)
     args = (g, log, np.int64(0))
     _held(*args, np.int64(0), np.int64(rows))  # compiled before its address is taken

@@ -157,7 +157,7 @@ def _over_rows(addr, tag, ntask, head, a, b, out, g, out_op):
     """A row kernel (``kernel(*head, lo, hi)``) over its rows ``[a = 0, b)``
     in ``ntask`` ranges at once, as :func:`.native.over_rows` runs it
     (:func:`_over_tiles`' arguments: the entries call either alike)."""
-    return DONE if _in_ranges(addr, tag, ntask, head, b) else UNRESOLVED
+    return DONE if _in_ranges(addr, tag, ntask, head, b, g[2]) else UNRESOLVED
 
 
 @njit(inline="always")
@@ -166,7 +166,7 @@ def _over_tiles(addr, tag, ntask, head, a, b, out, g, out_op):
     tiles in ``ntask`` ranges at once, as :func:`.native.over_tiles` runs it
     (``out``: the flat output, operand ``out_op`` of the geometry ``g``)."""
     tiles = g[0] * g[1] * tiles_per_outer(g[3], a, line_shift(out, g, out_op, a))
-    return DONE if _in_ranges(addr, tag, ntask, head + (a,), tiles) else UNRESOLVED
+    return DONE if _in_ranges(addr, tag, ntask, head + (a,), tiles, g[2] * a) else UNRESOLVED
 
 
 def _ranges(c):

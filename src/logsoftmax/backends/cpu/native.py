@@ -188,8 +188,12 @@ def claim(typingctx, counter):
 #: both CPUs free). In-process A/B against halves with both CPUs free:
 #: 0.96-1.10x (noise), 8x4096 (two ranges) unchanged.
 RANGES_PER_THREAD = 8
-#: rows or tiles a range holds at least
+#: rows or tiles a range holds at least ...
 RANGE_UNITS = 8
+#: ... and elements: ranges of 16 rows of 128 float32 (256x128, 16
+#: ranges) ran 0.83-0.87x of two halves in-process, the claims and calls
+#: costing more than a thread's imbalance there
+RANGE_ELEMENTS = 1 << 15
 
 
 @njit(error_model="numpy")
@@ -205,20 +209,23 @@ def _claimed(addr, args, count, nrange, taken, first):
 
 
 @njit(inline="always")
-def _in_ranges(addr, tag, ntask, args, count):
+def _in_ranges(addr, tag, ntask, args, count, unit):
     """``kernel(*args, lo, hi)`` (the kernel at ``addr``) over ``[0,
     count)`` on ``ntask`` threads: True; False, having run nothing, where
     ``tag`` is not that of these arguments.
 
-    ``ntask`` ranges, one a thread, where the rows or tiles are too few
-    for more; else up to :data:`RANGES_PER_THREAD` times as many, of at
-    least :data:`RANGE_UNITS` rows or tiles each: each thread runs its own
+    ``ntask`` ranges, one a thread, where the rows or tiles (of ``unit``
+    elements each) are too few for more; else up to
+    :data:`RANGES_PER_THREAD` times as many, of at least
+    :data:`RANGE_UNITS` rows or tiles and :data:`RANGE_ELEMENTS` elements
+    each: each thread runs its own
     first one, then claims the next range left (:func:`claim`) until none
     is. A range's results depend neither on the thread that runs it nor
     on where ranges begin: the same bits either way."""
     if tag != tag_of(args + (I0, I0)):
         return False
-    nrange = min(ntask * RANGES_PER_THREAD, count // RANGE_UNITS)
+    per = max(RANGE_UNITS, -(-RANGE_ELEMENTS // max(unit, 1)))
+    nrange = min(ntask * RANGES_PER_THREAD, count // per)
     if nrange <= ntask:
         # (the claims' counter and calls cost 8x4096 float32, ~18 us, 7%
         # in-process: static ranges where they would not be used)
@@ -249,7 +256,7 @@ def over_rows(addr, tag, ntask, *args):
     """:func:`_in_ranges` of a row kernel (its geometry ``g`` is
     ``args[-3]``) over all rows."""
     g = args[-3]
-    return _in_ranges(addr, tag, ntask, args, g[0] * g[1])
+    return _in_ranges(addr, tag, ntask, args, g[0] * g[1], g[2])
 
 
 @njit(cache=True, nogil=True, parallel=True, error_model="numpy")
@@ -259,7 +266,7 @@ def over_tiles(addr, tag, ntask, *args):
     (:func:`.columns.line_shift`)."""
     ob, g, J = args[-5], args[-4], args[-1]
     tiles = g[0] * g[1] * tiles_per_outer(g[3], J, line_shift(ob, g, len(args) - 5, J))
-    return _in_ranges(addr, tag, ntask, args, tiles)
+    return _in_ranges(addr, tag, ntask, args, tiles, g[2] * J)
 
 
 class Compiled:
