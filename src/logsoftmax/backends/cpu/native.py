@@ -50,8 +50,8 @@ from numba.extending import intrinsic
 from ._simd import I0
 from .columns import line_shift, tiles_per_outer
 
-__all__ = ["Compiled", "Parallel", "call_native", "call_native_at", "claim", "in_turn", "tag_of", "signature_tag", "over_rows", "over_tiles",
-           "kernel_types", "link", "linked"]
+__all__ = ["Compiled", "Parallel", "call_native", "call_native_at", "claim", "in_turn", "tag_of",
+           "signature_tag", "over_rows", "over_tiles", "kernel_types", "link", "linked", "STACK_PHASE"]
 
 
 def signature_tag(argtypes) -> int:
@@ -88,7 +88,9 @@ def tag_of(typingctx, args):
 #: (:func:`call_native_at`), the same places were slow in every process.
 #: So every call goes to one place, where ``python
 #: benchmarks/stack_phase.py`` finds no kernel slow; 12 processes with
-#: it ran 10.0-11.5 ms and 11.3-20.6 ms.
+#: it ran 10.0-11.5 ms and 11.3-20.6 ms. The place still moves some
+#: kernels by a few percent: at 3072 instead, in-process A/B, 8x4096
+#: float32 forward 1.09-1.11x, 256x1000 0.84x, 32768x128 0.93x; 0 stays.
 STACK_PHASE = 0
 
 
@@ -106,6 +108,7 @@ def _stack_at(builder, phase):
 
 
 def _stack_back(builder, saved):
+    """Give back what :func:`_stack_at` took."""
     restore = cgutils.get_or_insert_function(
         builder.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer()]), "llvm.stackrestore.p0")
     builder.call(restore, [saved])
