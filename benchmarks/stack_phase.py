@@ -31,7 +31,7 @@ import ml_dtypes
 import numpy as np
 from numba import njit
 
-from logsoftmax.backends.cpu import columns, fewrows, native, rows
+from logsoftmax.backends.cpu import columns, fewrows, native, rows, segment
 from logsoftmax.backends.cpu.layout import layout
 from logsoftmax.backends.cpu.native import call_native_at
 
@@ -59,7 +59,7 @@ def cases():
         x = (rng.standard_normal(shape) * 3).astype(dt)
         lay = layout(x.shape, [x.strides] * (3 if backward else 2), [x.itemsize] * (3 if backward else 2), 1)
         n = shape[1]
-        limit = 48 if backward else 1024
+        limit = segment.SHORT_BACKWARD if backward else segment.SHORT
         accurate = np.bool_(dt == F32 and n <= limit)
         if backward:
             y = (-np.abs(rng.standard_normal(shape)) * 3).astype(dt)

@@ -221,9 +221,8 @@ def _in_ranges(addr, tag, ntask, args, count, unit):
     elements each) are too few for more; else up to
     :data:`RANGES_PER_THREAD` times as many, of at least
     :data:`RANGE_UNITS` rows or tiles and :data:`RANGE_ELEMENTS` elements
-    each: each thread runs its own
-    first one, then claims the next range left (:func:`claim`) until none
-    is. A range's results depend neither on the thread that runs it nor
+    each: each thread runs its own first one, then claims the next range
+    left (:func:`claim`) until none is. A range's results depend neither on the thread that runs it nor
     on where ranges begin: the same bits either way."""
     if tag != tag_of(args + (I0, I0)):
         return False
@@ -310,19 +309,19 @@ class Parallel(Compiled):
         self.driver = driver
 
     def __call__(self, ntask, *args):
-        if self.driver(*self.entry, ntask, *args):
-            return
-        entry = self.resolve((*args, I0, I0))
-        if not self.driver(*entry, ntask, *args):
-            raise RuntimeError(f"{self.module.__name__}.{self.name}: no code for these arguments")
+        self._run(self.driver, (ntask, *args), (*args, I0, I0))
 
     def serial(self, *args):
         """The kernel on ``args`` (its range included) on this thread,
         through :func:`in_turn`: the stack where the parallel runs put it."""
-        if in_turn(*self.entry, *args):
+        self._run(in_turn, args, args)
+
+    def _run(self, driver, driver_args, kernel_args):
+        """``driver(address, tag, *driver_args)``, resolving the kernel for
+        ``kernel_args`` first where the entry held is not for them."""
+        if driver(*self.entry, *driver_args):
             return
-        entry = self.resolve(args)
-        if not in_turn(*entry, *args):
+        if not driver(*self.resolve(kernel_args), *driver_args):
             raise RuntimeError(f"{self.module.__name__}.{self.name}: no code for these arguments")
 
 
