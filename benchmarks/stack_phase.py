@@ -31,7 +31,7 @@ import ml_dtypes
 import numpy as np
 from numba import njit
 
-from logsoftmax.backends.cpu import columns, fewrows, native, rows, segment
+from logsoftmax.backends.cpu import columns, fewrows, native, rows, segment, strips
 from logsoftmax.backends.cpu.layout import layout
 from logsoftmax.backends.cpu.native import call_native_at
 
@@ -51,7 +51,9 @@ def _flat(a):
 
 def cases():
     """``(label, module, kernel name, args)``: the row, tile and few-row
-    kernels, serial, on arrays that stay in L2 or L3."""
+    kernels, serial, on arrays that stay in L2 or L3; then the forward
+    strips and the row logsumexp, whose parallel forms are ``prange`` loops
+    of their own (not :func:`~logsoftmax.backends.cpu.native.call_native`)."""
     rng = np.random.default_rng(0)
     out = []
 
@@ -93,6 +95,21 @@ def cases():
             J = columns.tile_width_for(n, ni, False, 1, staged=staged, fast16=dt != F32)
         out.append((label, module, name,
                     (_flat(x), _flat(o), lay.g, 0, accurate, np.int64(J), np.int64(0), np.int64(-1))))
+
+    # kernels that run their own prange loops (not through call_native):
+    # their serial form, to see whether they need the same fixed place
+    for c, hw in ((64, 32 * 32), (64, 56 * 56)):
+        x = (rng.standard_normal((2, c, hw)) * 3).astype(F32)
+        o = np.empty_like(x)
+        lay = layout(x.shape, [x.strides, o.strides], [4, 4], 1)
+        count, h, stream = strips.strip_plan(_flat(o), lay.g, 1)
+        out.append((f"strips fwd 2x{c}x{hw} f32", strips, "forward_strips",
+                    (_flat(x), _flat(o), lay.g, 0, np.int64(0), np.int64(count), h, stream,
+                     np.empty(strips.SCRATCH))))
+    x = rng.standard_normal((64, 4096)).astype(F32)
+    lse = np.empty(64)
+    lay = layout(x.shape, [x.strides, (8, 8)], [4, 8], 1)
+    out.append(("logsumexp 64x4096 f32", rows, "logsumexp_range", (_flat(x), lse, lay.g, np.int64(0), np.int64(64))))
     return out
 
 
