@@ -55,6 +55,29 @@ Importing this package defines the jitted functions but compiles nothing;
 each kernel compiles on first use per (input, output) storage type and is
 cached on disk (``cache=True``; numba keys the cache by CPU, so machine code
 compiled for one CPU is never loaded on another).
+
+Compile time is most of a cold start (a fresh install's first call, a cold
+``make test``), and half of it is LLVM finalizing libraries: numba compiles
+every ``njit`` function a kernel calls as a library of its own, optimizes
+it and emits its machine code with its callees linked in, and the kernel
+then links it in and does both again. So the helpers are inlined by LLVM
+(``forceinline=True``: one library per signature, however many callers),
+but a kernel's *body*, the loop it calls from a few places
+(``rows._backward_short_rows``, ``_forward_pipelined``,
+``_backward_pipelined``; ``columns._column_stats``,
+``_tile_sums_row_major``, ``_tile_sums_lane_major``), is inlined by numba
+(``inline="always"``): as a library of its own it was a second finalizing
+of nearly the whole kernel. One float32 signature of each of the eight
+warm-up kernels, fresh cache (``python benchmarks/compile_libraries.py``,
+AMD EPYC Zen 3, two runs each, interleaved): 111.2 and 114.8 s -> 101.8
+and 103.9 s, finalizing 58.5-60.9 s -> 49.5-49.8 s; the bits are the same
+and the speed too (docs/performance.md). Not the helpers: numba copies the
+IR of every nested inline site, and with all of them inlined that way a
+first call did not finish in 14 minutes. Nor ``rows._forward_short_rows``,
+typed once per call site by numba (four, one per row length it
+specializes): ``forward_short`` compiled in 43.9 s against 40.6. Nor
+``tiny._forward_tiny_rows``: inlined by numba, rows of 16 float32 ran
+0.94-0.98x (in-process A/B; the same code against itself 0.99x).
 """
 
 from __future__ import annotations

@@ -664,7 +664,7 @@ def _lane_sums64(xb, p, sn, cl, jn, j, lane_, m64l, m64h, ahead, pfj):
     return al, ah
 
 
-@njit(forceinline=True, error_model="numpy")
+@njit(inline="always", error_model="numpy")  # a kernel body: package doc
 def _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, pf, pjn, pn, jn2, mn):
     """The sums of short columns: ``W`` columns at a time, one lane at a
     time, the lane's running sum in a register; the lanes then go to the
@@ -743,7 +743,7 @@ def _tile_sums_row_major_apart(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc
     _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, -1, 0, mc)
 
 
-@njit(forceinline=True, error_model="numpy")
+@njit(inline="always", error_model="numpy")  # a kernel body: package doc
 def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pn, jn2, mn, pf=-1, pjn=0):
     """The sums of long columns: row by row (each row of the tile is ``J``
     contiguous elements on one page), every lane of every column in a
@@ -900,7 +900,7 @@ def _col_nan(xb, p, sn, cl, j):
     return False
 
 
-@njit(forceinline=True, error_model="numpy")
+@njit(inline="always", error_model="numpy")  # a kernel body: package doc
 def _column_stats(xb, xbase, xsn, xsi, n, jn, accurate, acc32, acc64, mc, sc, m, s, xst, J, pf, pjn, ask):
     """Per-column row stats ``(m, s)`` of a tile: chunk stats merged in chunk
     order (:func:`.rows.row_stats` on every column); ``pf``, ``pjn``: the

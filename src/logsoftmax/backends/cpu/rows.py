@@ -241,7 +241,7 @@ def row_stats(xs, n, accurate):
     return m, s
 
 
-@njit(forceinline=True, error_model="numpy")
+@njit(inline="always", error_model="numpy")  # a kernel body: package doc
 def _forward_pipelined(xb, ob, g, op, accurate, r0, r1):
     """log_softmax of unit-stride rows ``[r0, r1)`` of at least
     :data:`PIPELINE_MIN` elements: the statistics pass of row ``r`` writes
@@ -423,7 +423,7 @@ def row_grad_sum(ds, ys, n, op):
     return s
 
 
-@njit(forceinline=True, error_model="numpy")
+@njit(inline="always", error_model="numpy")  # a kernel body: package doc
 def _backward_pipelined(db, yb, ob, g, op, r0, r1, stream, far):
     """Fast-path backward of unit-stride rows ``[r0, r1)`` (any length):
     the gradient sum of row ``r`` (:func:`.segment.grad_sum_writing`)
@@ -1203,7 +1203,7 @@ def _backward_flat_rows(db, yb, ob, g, op, r0, r1, n, nv):
         _flat_step(dsb, ysb, osb, k, total - k, W, op, sp, sp)
 
 
-@njit(forceinline=True, error_model="numpy")
+@njit(inline="always", error_model="numpy")  # a kernel body: package doc
 def _backward_short_rows(db, yb, ob, g, op, accurate, r0, r1, n, nv, ask_ahead=False):
     """:func:`backward_short`'s row loop (constants in the copies; their NaN
     rows keep every kernel's bits through :func:`._vec.negate` in
