@@ -50,6 +50,7 @@ __all__ = [
     "I0",
     "I1",
     "TRUE",
+    "FALSE",
     "maxnum",
     "view",
     "keep",
@@ -78,10 +79,12 @@ __all__ = [
 #: compiles a separate specialization of the callee (and of all it calls)
 #: for that literal: the JAX bridge compiled every row and column kernel
 #: twice (~100 s per dtype in a fresh clone). numpy scalars type as plain
-#: int64 / bool.
+#: int64 / bool. So do helpers (``forceinline``): ``rows._forward_short_rows``
+#: compiled twice, once for ``True`` and once for ``False``.
 I0 = np.int64(0)
 I1 = np.int64(1)
 TRUE = np.bool_(True)
+FALSE = np.bool_(False)
 
 _F32 = types.float32
 _F64 = types.float64

@@ -21,7 +21,7 @@ from numba import njit, prange
 from numba.extending import register_jitable
 
 from ._math import log_f64
-from ._simd import TRUE, float32_result, keep, view, wide_vectors
+from ._simd import FALSE, TRUE, float32_result, keep, view, wide_vectors
 from ._vec import (
     W,
     hi_f64,
@@ -887,13 +887,13 @@ def forward_short(xb, ob, g, op, accurate, r0, r1):
     # three copies add ~1 s to a signature's first compile (10.9-11.2 s ->
     # 11.8-12.1, with tiny.forward_tiny and the rest it inlines)
     if n == 2 * W:
-        _forward_short_rows(xb, ob, g, op, accurate, r0, r1, 2 * W, True)
+        _forward_short_rows(xb, ob, g, op, accurate, r0, r1, 2 * W, TRUE)
     elif n == 4 * W:
-        _forward_short_rows(xb, ob, g, op, accurate, r0, r1, 4 * W, True)
+        _forward_short_rows(xb, ob, g, op, accurate, r0, r1, 4 * W, TRUE)
     elif n == 8 * W:
-        _forward_short_rows(xb, ob, g, op, accurate, r0, r1, 8 * W, True)
+        _forward_short_rows(xb, ob, g, op, accurate, r0, r1, 8 * W, TRUE)
     else:
-        _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n, False)
+        _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n, FALSE)
 
 
 @njit(forceinline=True, error_model="numpy")
