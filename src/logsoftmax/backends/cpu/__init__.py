@@ -75,9 +75,10 @@ and the speed too (docs/performance.md). Not the helpers: numba copies the
 IR of every nested inline site, and with all of them inlined that way a
 first call did not finish in 14 minutes. Nor ``rows._forward_short_rows``,
 typed once per call site by numba (four, one per row length it
-specializes): ``forward_short`` compiled in 43.9 s against 40.6. Nor
-``tiny._forward_tiny_rows``: inlined by numba, rows of 16 float32 ran
-0.94-0.98x (in-process A/B; the same code against itself 0.99x).
+specializes): ``forward_short`` compiled in 43.9 s against 40.6 (one
+pair). Nor ``tiny._forward_tiny_rows``: inlined by numba, rows of 16
+float32 ran 0.94-0.98x (five in-process A/Bs; the same code against itself
+0.98-0.99x).
 """
 
 from __future__ import annotations

@@ -496,8 +496,8 @@ def forward_tiny(xb, ob, g, op, accurate, r0, r1):
     # -> 0.655 ns/element (PyTorch 0.776); A/B, 2 threads, 2**23 elements:
     # float32 1.06x, bfloat16 1.05-1.06x. ``W`` goes as a literal, so numba
     # compiles that copy on its own (not ._simd.I0's plain int64): as
-    # np.int64(W), one copy for both, bfloat16 rows of 16 ran 0.89x
-    # (in-process A/B, AMD EPYC Zen 3)
+    # np.int64(W), one copy for both, bfloat16 rows of 16 ran 0.89x (one
+    # in-process A/B, AMD EPYC Zen 3)
     if n == W:
         _forward_tiny_rows(xb, ob, g, op, accurate, r0, r1, W)
     else:
