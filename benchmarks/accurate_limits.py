@@ -45,7 +45,8 @@ import logsoftmax
 from logsoftmax.backends import Op
 from logsoftmax.backends.cpu import columns as C
 from logsoftmax.backends.cpu._simd import view
-from logsoftmax.backends.cpu.rows import forward_short
+from logsoftmax.backends.cpu import rows as R
+from logsoftmax.backends.cpu import tiny as T
 from logsoftmax.backends.cpu.segment import (
     LANES32,
     LANES64,
@@ -88,7 +89,14 @@ def _write_pass(x, o, n, accurate):
 
 @njit(cache=True)
 def _rows_forward(x, o, g, accurate):
-    forward_short(x, o, g, _LSM, accurate, 0, g[0] * g[1])
+    """The kernel a call on these rows takes (``rows.short_form``)."""
+    form = R.short_form(g[2], accurate, g[0] * g[1])
+    if form == R.ShortForm.TINY:
+        T.forward_tiny(x, o, g, _LSM, accurate, 0, g[0] * g[1])
+    elif form == R.ShortForm.WHOLE:
+        R.forward_whole(x, o, g, _LSM, accurate, 0, g[0] * g[1])
+    else:
+        R.forward_short(x, o, g, _LSM, accurate, 0, g[0] * g[1])
 
 
 @njit(cache=True)
@@ -226,7 +234,7 @@ def _backward_rows(repeat, rng, torch) -> None:
     ``exp(dst)``; PyTorch's float32 one is 1.1-3.9 eps): PyTorch's whole
     backward against our whole one and our pass 2 alone, in cache."""
     from logsoftmax.backends.cpu.layout import layout
-    from logsoftmax.backends.cpu.rows import backward_short
+    from logsoftmax.backends.cpu.rows import backward_accurate
 
     print("\nbackward rows (float32, log_softmax), ns per element; 1.2x PyTorch's budget")
     for n in (16, 32, 48):
@@ -242,7 +250,7 @@ def _backward_rows(repeat, rng, torch) -> None:
         td, ty, to = torch.from_numpy(d), torch.from_numpy(y), torch.empty_like(tx)
         fns = {
             "torch": lambda: torch._log_softmax_backward_data(td, ty, 1, torch.float32, out=to),
-            "ours": lambda: backward_short(db, yb, ob, g, _LSM, True, 0, rows),
+            "ours": lambda: backward_accurate(db, yb, ob, g, _LSM, True, 0, rows),
             "pass 2 alone": lambda: _bwd_write_pass(db, yb, ob, n),
         }
         sec, _ = time_calls(fns, repeat)

@@ -32,12 +32,16 @@ from pathlib import Path
 #: (label, the call): shapes that take each kernel family of the backend
 CASES = {
     "forward, short rows (64x100)": "L.log_softmax(x(64, 100))",
+    "forward, rows of 16 (64x16)": "L.log_softmax(x(64, 16))",
+    "forward, rows of 2 vectors (64x32)": "L.log_softmax(x(64, 32))",
     "forward, short rows, out= (64x100)": "L.log_softmax(x(64, 100), out=x(64, 100))",
     "forward, short rows, parallel (4096x100)": "L.log_softmax(x(4096, 100))",
     "forward, long rows (4x5000)": "L.log_softmax(x(4, 5000))",
     "forward, long rows, parallel (400x5000)": "L.log_softmax(x(400, 5000))",
     "forward, columns (64x100, axis 0)": "L.log_softmax(x(64, 100), 0)",
     "backward, short rows (64x100)": "L.log_softmax_backward(x(64, 100), x(64, 100))",
+    "backward, rows of 16 (64x16)": "L.log_softmax_backward(x(64, 16), x(64, 16))",
+    "backward, rows of 2 vectors (64x32)": "L.log_softmax_backward(x(64, 32), x(64, 32))",
     "backward, long rows (4x5000)": "L.log_softmax_backward(x(4, 5000), x(4, 5000))",
     "logsumexp, rows (64x100)": "L.logsumexp(x(64, 100))",
 }

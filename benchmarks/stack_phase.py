@@ -75,10 +75,10 @@ def cases():
     for dt, tag in ((F32, "f32"), (BF16, "bf16"), (F16, "f16")):
         rows_case(f"rows fwd 4x32000 {tag}", "forward_range", (4, 32000), dt, False)
         rows_case(f"rows bwd 4x32000 {tag}", "backward_range", (4, 32000), dt, True)
-        rows_case(f"short fwd 512x128 {tag}", "forward_short", (512, 128), dt, False)
+        rows_case(f"short fwd 512x128 {tag}", "forward_whole", (512, 128), dt, False)  # (rows.short_form)
         rows_case(f"short bwd 512x128 {tag}", "backward_short", (512, 128), dt, True)
-    rows_case("short fwd 2048x32 f32", "forward_short", (2048, 32), F32, False)
-    rows_case("short bwd 2048x32 f32", "backward_short", (2048, 32), F32, True)
+    rows_case("short fwd 2048x32 f32", "forward_whole", (2048, 32), F32, False)
+    rows_case("short bwd 2048x32 f32", "backward_accurate", (2048, 32), F32, True)
 
     for dt, tag, c in ((F32, "f32", 64), (F16, "f16", 64), (F32, "f32", 8)):
         x = (rng.standard_normal((4, c, 32 * 32)) * 3).astype(dt)

@@ -81,11 +81,10 @@ def vs_torch(ns, repeat) -> None:
 
 
 def kernels(ns, repeat) -> None:
-    for k in ("FORWARD_MAX", "FORWARD_MAX_ACCURATE", "BACKWARD_MAX", "AMD_BACKWARD_MAX",
-              "AMD_BACKWARD_MAX_ACCURATE"):
-        setattr(tiny, k, 0)  # read when the fresh copies below compile
-    fwd_rows = njit(nogil=True, error_model="numpy")(rows.forward_short.py_func)
-    bwd_rows = njit(nogil=True, error_model="numpy")(rows.backward_short.py_func)
+    # the row kernels the plan takes where it does not take tiny's (nrows 0)
+    def row_kernel(choose, *args):
+        module, name = choose(*args)
+        return getattr(module, name)
 
     @njit(parallel=True)
     def fwd(f, xb, ob, g, accurate, r):
@@ -106,6 +105,8 @@ def kernels(ns, repeat) -> None:
         lay3 = layout(x.shape, [x.strides] * 3, [x.itemsize] * 3, 1)
         db, yb, ob3 = lay3.buffers([d, x, o])
         g3 = next(iter(lay3.geometries()))
+        fwd_rows = row_kernel(rows.forward_short_kernel, n, accurate, 0)
+        bwd_rows = row_kernel(rows.backward_short_kernel, n, 0, accurate, 0)
         fns = {
             "ft": lambda: fwd(tiny.forward_tiny, xb, ob, g, accurate, r),
             "fr": lambda: fwd(fwd_rows, xb, ob, g, accurate, r),

@@ -909,20 +909,24 @@ def _special_rows(x):
 
 
 def test_tiny_backward_threshold_follows_the_cpu_family():
-    """``rows.backward_short`` hands rows to the tiny backward up to
-    ``tiny.backward_max``, a constant of the compile: on AMD cores 3 on
-    the accurate path and 16 on the fast one (measured there, tiny.py),
-    elsewhere ``BACKWARD_MAX`` for both."""
+    """The plan hands rows to the tiny backward up to ``tiny.backward_max``
+    of the CPU compiled for: on AMD cores 3 on the accurate path and 16 on
+    the fast one (measured there, tiny.py), elsewhere ``BACKWARD_MAX`` for
+    both; the plan (Python) and the JAX handlers (compiled, ``on_amd``)
+    agree on which CPU that is."""
     from numba import njit
     from numba.core.registry import cpu_target
 
-    from logsoftmax.backends.cpu import _vec, tiny
+    from logsoftmax.backends.cpu import _vec, alloc, tiny
 
     @njit
     def limits():
-        return tiny.backward_max(True), tiny.backward_max(False)
+        return tiny.backward_max(True, _vec.on_amd()), tiny.backward_max(False, _vec.on_amd())
 
-    if _vec._is_amd(cpu_target.target_context):
+    amd = alloc.compiles_for_amd()
+    assert amd == _vec._is_amd(cpu_target.target_context)
+    assert limits() == (tiny.backward_max(True, amd), tiny.backward_max(False, amd))
+    if amd:
         assert limits() == (tiny.AMD_BACKWARD_MAX_ACCURATE, tiny.AMD_BACKWARD_MAX) == (3, 16)
     else:
         assert limits() == (tiny.BACKWARD_MAX, tiny.BACKWARD_MAX)
@@ -1005,26 +1009,107 @@ def test_tiny_direct_run_resumes_after_a_batch_that_is_not_finite():
 @pytest.mark.parametrize("n", [31, 32, 33, 64, 128])
 @pytest.mark.parametrize("dtype, accurate", [(F32, True), (BF16, False)], ids=["f32", "bf16"])
 def test_short_rows_of_whole_vectors_give_the_row_kernels_bits(n, dtype, accurate):
-    """``rows.forward_short`` compiles its batch loop once more for rows of
-    exactly 2, 4 and 8 vectors (32, 64, 128 elements: the constant length
-    lets LLVM unroll the per-row loops). Every copy gives the row kernel's
-    bits (``rows.forward_range`` row by row), with a partial last batch,
-    rows that do not lie end to end, special values and in place; 31 and
-    33 take the general copy."""
+    """``rows.forward_whole`` compiles the short rows' batch loop once more
+    for rows of exactly 2, 4 and 8 vectors (32, 64, 128 elements: the
+    constant length lets LLVM unroll the per-row loops). Every copy gives
+    the row kernel's bits (``rows.forward_range`` row by row), as does the
+    general loop (``rows.forward_short``, which takes 31 and 33), with a
+    partial last batch, rows that do not lie end to end, special values and
+    in place."""
     from logsoftmax.backends.cpu import rows
 
+    kernels = [rows.forward_short] + ([rows.forward_whole] if n in (32, 64, 128) else [])
     rng = np.random.default_rng(n)
     for r, dense in ((200, True), (37, False)):
         base = (rng.standard_normal((r, n + 5)) * 3).astype(dtype)
         x = _special_rows(np.ascontiguousarray(base[:, :n]) if dense else base[:, :n])
         for op in (0, 1):
-            ref, got = np.empty(x.shape, dtype), np.full(x.shape, 7, dtype)
+            ref = np.empty(x.shape, dtype)
             _rows_call(rows.forward_range, [x, ref], None, op, accurate)
-            _rows_call(rows.forward_short, [x, got], None, op, accurate)
-            assert np.array_equal(bits(got), bits(ref)), (n, dense, op)
-            xi = x.copy()
-            _rows_call(rows.forward_short, [xi, xi], None, op, accurate)
-            assert np.array_equal(bits(xi), bits(ref)), (n, dense, op, "in place")
+            for kernel in kernels:
+                got = np.full(x.shape, 7, dtype)
+                _rows_call(kernel, [x, got], None, op, accurate)
+                assert np.array_equal(bits(got), bits(ref)), (kernel, n, dense, op)
+                xi = x.copy()
+                _rows_call(kernel, [xi, xi], None, op, accurate)
+                assert np.array_equal(bits(xi), bits(ref)), (kernel, n, dense, op, "in place")
+
+
+@pytest.mark.parametrize("n", [3, 16, 20, 32, 40, 48, 100])
+def test_short_rows_backward_kernels_give_the_general_loops_bits(n):
+    """The backward of short rows runs one of three kernels
+    (``rows.short_backward_form``): the tiny rows' (a batch of rows up to
+    ``tiny.backward_max``), the accurate path's copies for float32
+    ``log_softmax`` (``rows.backward_accurate``), else the general loops
+    (``rows.backward_short``). Each gives the general loop's bits, rows end
+    to end and not, one row or many, and the front door takes the kernel
+    of the form."""
+    import logsoftmax as L
+    from logsoftmax.backends.cpu import alloc, rows, segment, tiny
+
+    amd = alloc.compiles_for_amd()
+    form, W = rows.ShortForm, rows.W
+    assert rows.short_backward_form(2, 0, False, W, amd) == form.TINY
+    assert rows.short_backward_form(2, 0, False, W - 1, amd) == form.ROWS
+    assert rows.short_backward_form(16, 0, True, 1, amd) == form.ACCURATE
+    assert rows.short_backward_form(48, 0, True, 1000, amd) == form.ACCURATE
+    assert rows.short_backward_form(48, 1, True, 1000, amd) == form.ROWS  # (softmax)
+    assert rows.short_backward_form(100, 0, False, 1000, amd) == form.ROWS
+    assert rows.backward_short_kernel(40, 0, True, 5) == (rows, "backward_accurate")
+    rng = np.random.default_rng(n)
+    for dtype, accurate in ((F32, True), (F32, False), (BF16, False)):
+        for r, dense in ((3, True), (37, True), (37, False)):
+            base = (rng.standard_normal((r + 10, n + 3)) * 3).astype(dtype)
+            y = _special_rows(np.ascontiguousarray(base[:, :n]) if dense else base[:, :n])[-r:]
+            dd = rng.standard_normal(y.shape).astype(dtype)
+            for op in (0, 1):
+                ref = np.full(y.shape, 7, dtype)
+                _rows_call(rows.backward_short, [dd, y, ref], None, op, accurate)
+                form = rows.short_backward_form(n, op, accurate, r, amd)
+                kernel = {rows.ShortForm.TINY: tiny.backward_tiny, rows.ShortForm.ACCURATE: rows.backward_accurate,
+                          rows.ShortForm.ROWS: rows.backward_short}[form]
+                got = np.full(y.shape, 7, dtype)
+                _rows_call(kernel, [dd, y, got], None, op, accurate)
+                assert np.array_equal(bits(got), bits(ref)), (dtype, n, r, dense, op, form)
+                if accurate == (dtype == F32 and n <= segment.SHORT_BACKWARD):  # the front door's path
+                    grad = L.log_softmax_backward if op == 0 else L.softmax_backward
+                    front = grad(dd, np.ascontiguousarray(y), axis=-1)
+                    assert np.array_equal(bits(front), bits(ref)), (dtype, n, r, dense, op)
+
+
+def test_short_rows_forward_kernel_follows_the_row_length_and_count():
+    """A call on short rows compiles and runs one of three kernels
+    (``rows.short_form``): a row per lane for rows of up to
+    ``tiny.FORWARD_MAX_ACCURATE`` (float32 results) or ``FORWARD_MAX``
+    (16-bit) when there is a batch of rows, the copies for 2, 4 and 8 whole
+    vectors, else the general loop. Through the front door every choice
+    gives the general loop's bits, one row or many, on either side of each
+    threshold."""
+    import logsoftmax as L
+    from logsoftmax.backends.cpu import rows, tiny
+    from logsoftmax.backends.cpu._vec import W
+
+    form = rows.ShortForm
+    assert rows.short_form(tiny.FORWARD_MAX_ACCURATE, True, W) == form.TINY
+    assert rows.short_form(tiny.FORWARD_MAX_ACCURATE + 1, True, W) == form.ROWS
+    assert rows.short_form(tiny.FORWARD_MAX_ACCURATE, True, W - 1) == form.ROWS
+    assert rows.short_form(2 * W, True, 1000) == form.WHOLE
+    assert rows.short_form(2 * W, False, 1000) == form.TINY  # (16-bit results: FORWARD_MAX = 2 W)
+    assert rows.short_form(2 * W, False, W - 1) == form.WHOLE
+    assert [rows.short_form(n, True, 1000) for n in (4 * W, 8 * W, 8 * W + 1, 100)] == [
+        form.WHOLE, form.WHOLE, form.ROWS, form.ROWS]
+    assert rows.forward_short_kernel(8 * W, True, 5) == (rows, "forward_whole")
+    assert rows.forward_short_kernel(10, True, W) == (tiny, "forward_tiny")
+
+    rng = np.random.default_rng(7)
+    for dtype, accurate in ((F32, True), (BF16, False)):
+        for n in (10, tiny.FORWARD_MAX_ACCURATE, 2 * W, 4 * W, 100):
+            for r in (3, W, 2 * W + 5):
+                x = _special_rows((rng.standard_normal((r + 10, n)) * 3).astype(dtype))[-r:]
+                ref = np.full(x.shape, 7, dtype)
+                _rows_call(rows.forward_short, [x, ref], None, 0, accurate)
+                got = L.log_softmax(x, axis=-1)
+                assert np.array_equal(bits(got), bits(ref)), (dtype, n, r)
 
 
 @pytest.mark.parametrize("n", [64, 100])
@@ -1863,18 +1948,19 @@ def test_parallel_runs_follow_their_arguments_types():
 def test_small_problems_choose_serial_kernels(monkeypatch):
     from conftest import count_kernel_calls
 
-    from logsoftmax.backends.cpu import columns, fewrows, rows
+    from logsoftmax.backends.cpu import columns, fewrows, rows, tiny
 
     called = []
     count_kernel_calls(monkeypatch, called, [(rows, "forward_short"), (columns, "forward_tiles"),
-                                             (fewrows, "forward_few")])
+                                             (fewrows, "forward_few"), (tiny, "forward_tiny")])
     x = np.random.default_rng(0).standard_normal((64, 10)).astype(np.float32)
-    _fwd("log_softmax", x, 1)
+    _fwd("log_softmax", x, 1)  # 64 rows of 10: a row per lane
+    _fwd("log_softmax", x[:8], 1)  # 8 rows: fewer than a batch of them
     _fwd("log_softmax", x, 0)  # 64 rows of 10 columns: the few-row kernel
     _fwd("log_softmax", x.repeat(8, 1), 0)  # of 80: the tiles
     big = np.zeros((256, 1024), np.float32)
     want = _fwd("log_softmax", big, 1)
-    expected = ["forward_short", "forward_few", "forward_tiles"]
+    expected = ["forward_tiny", "forward_short", "forward_few", "forward_tiles"]
     expected.append("forward_short in parallel" if numba.get_num_threads() > 1 else "forward_short")
     assert called == expected
     assert np.array_equal(want, np.full(big.shape, np.float32(-np.log(1024.0))))  # rounded once

@@ -60,6 +60,8 @@ def _bits(a) -> np.ndarray:
 CASES = [
     ((7,), 0),  # one short row
     ((5, 9), 1),  # short rows
+    ((40, 16), 1),  # a batch of rows of 16 or more: a row per lane (backward: tiny or accurate)
+    ((20, 32), 1),  # rows of two whole vectors (rows.short_form)
     ((5, 9), 0),  # a non-last axis: the column kernels
     ((300, 2100), 0),  # long columns: the backward's wide tiles, not the front door's width
     ((3, 4, 40), 1),  # outer and inner

@@ -43,10 +43,15 @@ _MIXED = ((_F32, _BF16), (_BF16, _F32))
 #: compile all of them on a cold cache, AMD EPYC Zen 3; measured before
 #: the kernel bodies were inlined by numba, which cut one float32 signature
 #: of backward_short, forward_range and forward_tiles by 14-20%: the split
-#: only needs their rough sizes)
+#: only needs their rough sizes; the short rows' three kernels each way:
+#: :data:`TOGETHER`)
 KERNELS = {
-    "forward_short": ("rows", "rows", _SAME + _MIXED, 196),
-    "backward_short": ("rows", "bwd_rows", _SAME + _MIXED, 166),
+    "forward_short": ("rows", "rows", _SAME + _MIXED, 72),
+    "forward_whole": ("rows", "rows", _SAME + _MIXED, 20),
+    "forward_tiny": ("tiny", "rows", _SAME + _MIXED, 78),
+    "backward_short": ("rows", "bwd_rows", _SAME + _MIXED, 80),
+    "backward_accurate": ("rows", "bwd_rows", _SAME + _MIXED, 52),
+    "backward_tiny": ("tiny", "bwd_rows", _SAME + _MIXED, 34),
     "forward_range": ("rows", "rows", _SAME + _MIXED, 109),
     "forward_tiles": ("columns", "tiles", _SAME, 97),
     "backward_range": ("rows", "bwd_rows", _SAME + _MIXED[1:], 44),
@@ -56,16 +61,30 @@ KERNELS = {
 }
 
 
+#: kernels that share most of their helpers, compiled by one worker in this
+#: order, which types those helpers once: one float32 signature of
+#: ``forward_whole`` took 17.0 s alone and 3.9 s after ``forward_short``'s
+#: (``python benchmarks/compile_libraries.py --kernels ...``, AMD EPYC Zen 3;
+#: the three 32.8 s in all; the backward's three 22.9 s). Their seconds above
+#: are the short rows' one kernel's (196 and 166 s, before the split) scaled
+#: by that run's shares
+TOGETHER = (("forward_short", "forward_whole", "forward_tiny"),
+            ("backward_short", "backward_accurate", "backward_tiny"))
+
+
 def share(worker: int, workers: int) -> list[str]:
-    """The kernels of ``worker`` (of ``workers``): the costliest first, each
-    to the worker with the least so far."""
+    """The kernels of ``worker`` (of ``workers``): the costliest group
+    first (a kernel on its own, or one of :data:`TOGETHER`), each to the
+    worker with the least so far."""
+    grouped = {name for group in TOGETHER for name in group}
+    groups = list(TOGETHER) + [(name,) for name in KERNELS if name not in grouped]
     load = [0.0] * workers
     mine = []
-    for name, (*_, seconds) in sorted(KERNELS.items(), key=lambda kv: -kv[1][3]):
+    for group in sorted(groups, key=lambda names: -sum(KERNELS[name][3] for name in names)):
         w = load.index(min(load))
-        load[w] += seconds
+        load[w] += sum(KERNELS[name][3] for name in group)
         if w == worker:
-            mine.append(name)
+            mine.extend(group)
     return mine
 
 

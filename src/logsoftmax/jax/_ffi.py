@@ -49,7 +49,9 @@ from ..backends.cpu import columns as C
 from ..backends.cpu import float64 as F64
 from ..backends.cpu import rows as R
 from ..backends.cpu import segment as S
+from ..backends.cpu import tiny as T
 from ..backends.cpu._simd import I0, I1, store
+from ..backends.cpu._vec import on_amd
 from ..backends.cpu.layout import storage_dtype
 from ..backends.cpu.native import kernel_types, link, linked
 
@@ -200,8 +202,10 @@ def _split(buf: int, axis: int):
 # test`'s compiling (AMD EPYC Zen 3)
 _FORWARD_TILES, _FORWARD_SHORT, _FORWARD_RANGE = (linked(C, "forward_tiles"), linked(R, "forward_short"),
                                                   linked(R, "forward_range"))
+_FORWARD_WHOLE, _FORWARD_TINY = linked(R, "forward_whole"), linked(T, "forward_tiny")
 _BACKWARD_TILES, _BACKWARD_SHORT, _BACKWARD_RANGE = (linked(C, "backward_tiles"), linked(R, "backward_short"),
                                                      linked(R, "backward_range"))
+_BACKWARD_ACCURATE, _BACKWARD_TINY = linked(R, "backward_accurate"), linked(T, "backward_tiny")
 _LOGSUMEXP_TILES, _LOGSUMEXP_RANGE = linked(C, "logsumexp_tiles"), linked(R, "logsumexp_range")
 _FWD_INNER64, _FWD_ROWS64 = linked(F64, "fwd_inner_serial"), linked(F64, "fwd_rows_serial")
 _BWD_INNER64, _BWD_ROWS64 = linked(F64, "bwd_inner_serial"), linked(F64, "bwd_rows_serial")
@@ -227,8 +231,10 @@ def links(kind: str, dtype) -> list[tuple[object, str, tuple]]:
     if kind == "lse":
         return [(C, "logsumexp_tiles", (A, F64A, G, i, i, i)), (R, "logsumexp_range", (A, F64A, G, i, i))]
     st, bwd = storage_dtype(dtype), kind == "bwd"
+    rows_ = [(R, "backward_short"), (R, "backward_accurate"), (T, "backward_tiny"), (R, "backward_range")] if bwd else [
+        (R, "forward_short"), (R, "forward_whole"), (T, "forward_tiny"), (R, "forward_range")]
     return [(C, "backward_tiles" if bwd else "forward_tiles", kernel_types(bwd, True, st, st))] + [
-        (R, ("backward_" if bwd else "forward_") + form, kernel_types(bwd, False, st, st)) for form in ("short", "range")]
+        (module, kernel, kernel_types(bwd, False, st, st)) for module, kernel in rows_]
 
 
 @njit
@@ -259,8 +265,14 @@ def _forward(xb, ob, outer, n, inner, op, accurate):
     if g[3] > 1:
         J = C.tile_width(n, g[3])
         _FORWARD_TILES((xb, ob, g, op, accurate, J, I0, -I1))  # every tile
-    elif n <= S.CHUNK:
-        _FORWARD_SHORT((xb, ob, g, op, accurate, I0, g[0]))
+    elif n <= S.CHUNK:  # the kernel the backend's plan takes (R.short_form)
+        form = R.short_form(n, accurate, g[0])
+        if form == R.ShortForm.TINY:
+            _FORWARD_TINY((xb, ob, g, op, accurate, I0, g[0]))
+        elif form == R.ShortForm.WHOLE:
+            _FORWARD_WHOLE((xb, ob, g, op, accurate, I0, g[0]))
+        else:
+            _FORWARD_SHORT((xb, ob, g, op, accurate, I0, g[0]))
     else:
         _FORWARD_RANGE((xb, ob, g, op, accurate, I0, g[0]))
 
@@ -271,8 +283,14 @@ def _backward(db, yb, ob, outer, n, inner, op, accurate):
     if g[3] > 1:
         J = C.column_tile_width(n, g[3], True, 1, g[0], 0, 0)  # (caches unknown here)
         _BACKWARD_TILES((db, yb, ob, g, op, accurate, J, I0, -I1))
-    elif n <= S.CHUNK:
-        _BACKWARD_SHORT((db, yb, ob, g, op, accurate, I0, g[0]))
+    elif n <= S.CHUNK:  # as the forward (R.short_backward_form)
+        form = R.short_backward_form(n, op, accurate, g[0], on_amd())
+        if form == R.ShortForm.TINY:
+            _BACKWARD_TINY((db, yb, ob, g, op, accurate, I0, g[0]))
+        elif form == R.ShortForm.ACCURATE:
+            _BACKWARD_ACCURATE((db, yb, ob, g, op, accurate, I0, g[0]))
+        else:
+            _BACKWARD_SHORT((db, yb, ob, g, op, accurate, I0, g[0]))
     else:
         _BACKWARD_RANGE((db, yb, ob, g, op, accurate, I0, g[0]))
 

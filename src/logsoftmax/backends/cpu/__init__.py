@@ -75,8 +75,9 @@ and the speed too (docs/performance.md). Not the helpers: numba copies the
 IR of every nested inline site, and with all of them inlined that way a
 first call did not finish in 14 minutes. Nor ``rows._forward_short_rows``,
 typed once per call site by numba (four, one per row length it
-specializes): ``forward_short`` compiled in 43.9 s against 40.6 (one
-pair). Nor ``tiny._forward_tiny_rows``: inlined by numba, rows of 16
+specializes): ``forward_short`` (then all short rows' forms in one
+kernel, since split: ``rows.short_form``) compiled in 43.9 s against 40.6
+(one pair). Nor ``tiny._forward_tiny_rows``: inlined by numba, rows of 16
 float32 ran 0.94-0.98x (five in-process A/Bs; the same code against itself
 0.98-0.99x).
 """
@@ -648,7 +649,8 @@ class CpuBackend(Backend):
             splittable = lay.unit_rows and n > 2 * segment.CHUNK
             nch = -(-n // segment.CHUNK)
             shift = ACCURATE_SHIFT if accurate else 0 if splittable else FEW_SHIFT
-            par = native.Parallel(rows, "forward_short" if short else "forward_range", native.over_rows)
+            mod, name = rows.forward_short_kernel(n, accurate, nrows) if short else (rows, "forward_range")
+            par = native.Parallel(mod, name, native.over_rows)
 
             def kernel(xb, ob, g):
                 if _serial(size, shift):
@@ -676,7 +678,6 @@ class CpuBackend(Backend):
             units = 0 if stripsp and not fewp else tiles  # (strips run their own parallel form)
         else:
             args = (op, accurate, 0, nrows)
-            mod, name = rows, "forward_short" if short else "forward_range"
             units = 0 if splittable else nrows  # (few long rows: split)
         return _small_call(run, mod, name, size, x.shape, x.dtype, dtype, lay.g, args, shift, units)
 
@@ -784,7 +785,8 @@ class CpuBackend(Backend):
             splittable = lay.unit_rows and n > 2 * segment.CHUNK
             nch = -(-n // segment.CHUNK)
             shift = ACCURATE_SHIFT if accurate else 0 if splittable else FEW_SHIFT
-            par = native.Parallel(rows, "backward_short" if short else "backward_range", native.over_rows)
+            mod, name = rows.backward_short_kernel(n, op, accurate, nrows) if short else (rows, "backward_range")
+            par = native.Parallel(mod, name, native.over_rows)
 
             def kernel(db, yb, ob, g):
                 if _serial(size, shift):
@@ -812,7 +814,6 @@ class CpuBackend(Backend):
             units = 0 if stripsp and not fewp else tiles
         else:
             args = (op, accurate, 0, nrows)
-            mod, name = rows, "backward_short" if short else "backward_range"
             units = 0 if splittable else nrows
         return _small_call2(run, mod, name, size, diff_dst.shape, diff_dst.dtype, dtype, lay.g, args, shift, units)
 

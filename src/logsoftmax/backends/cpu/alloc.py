@@ -55,6 +55,7 @@ __all__ = [
     "STREAM_BYTES",
     "STREAM_BYTES_F32_AMD",
     "stream_line",
+    "compiles_for_amd",
     "stream_bytes",
 ]
 
@@ -274,7 +275,7 @@ STREAM_BYTES_F32_AMD = 1 << 24
 
 
 @functools.cache
-def _compiles_for_amd() -> bool:
+def compiles_for_amd() -> bool:
     """Whether numba compiles for an AMD core: the CPU name of its target
     (``NUMBA_CPU_NAME``, else the host's), as :func:`._vec.on_amd` reads it
     inside the kernels (imported here, when a big output first asks)."""
@@ -301,7 +302,7 @@ def stream_line(itemsize, rows, amd):
 def stream_bytes(itemsize: int, rows: bool) -> int:
     """:func:`stream_line` for the CPU numba compiles for: where the front
     door faults a streamed output's pages in first."""
-    return stream_line(itemsize, rows, _compiles_for_amd())
+    return stream_line(itemsize, rows, compiles_for_amd())
 _PAGE = mmap.PAGESIZE
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+: fault a range in for writing, data kept
 try:

@@ -16,6 +16,9 @@ both give the same bits. (``logsumexp_parallel`` is that loop of its own.)
 
 from __future__ import annotations
 
+import enum
+import sys
+
 import numpy as np
 from numba import njit, prange
 from numba.extending import register_jitable
@@ -86,8 +89,15 @@ __all__ = [
     "PIPELINE_MIN",
     "pipelined",
     "forward_range",
+    "ShortForm",
+    "short_form",
+    "forward_short_kernel",
     "forward_short",
+    "forward_whole",
+    "short_backward_form",
+    "backward_short_kernel",
     "backward_range",
+    "backward_accurate",
     "backward_short",
     "logsumexp_range",
     "logsumexp_parallel",
@@ -858,6 +868,52 @@ def _write_span_joined(xs, os, bstart, bend, n, op, accurate, m, lg, inv, final,
     return prev
 
 
+class ShortForm(enum.IntEnum):
+    """Which kernel runs unit-stride rows of ``n <= CHUNK``
+    (:func:`short_form`, :func:`short_backward_form`)."""
+
+    #: :func:`.tiny.forward_tiny` / :func:`.tiny.backward_tiny`: a row per vector lane
+    TINY = 0
+    #: :func:`forward_whole`: rows of 2, 4 or 8 whole vectors
+    WHOLE = 1
+    #: :func:`forward_short` / :func:`backward_short`: the general loops
+    ROWS = 2
+    #: :func:`backward_accurate`: float32 ``log_softmax`` rows of up to
+    #: :data:`.segment.SHORT_BACKWARD`, the accurate path's copies
+    ACCURATE = 3
+
+
+@register_jitable
+def short_form(n, accurate, nrows):
+    """The :class:`ShortForm` of ``nrows`` unit-stride rows of ``n`` elements
+    (``accurate``: float32 results, as the kernels take it), in the plan of
+    a call (plain Python) and in the JAX handlers (inlined).
+
+    Why three kernels, not one that branches on ``n``: numba compiles all
+    of a kernel's branches, and a process's first call compiles the kernel
+    (on a fresh install, no disk cache yet). One kernel with all three took
+    38.5 s for a first call on 8x100 float32, the general loop alone 15.0 s
+    (``python benchmarks/compile_libraries.py --first-call``, AMD EPYC Zen
+    3; docs/performance.md). A row per lane needs a batch of ``W`` rows to
+    pay for itself (a 1x8 call: 3.1 against 2.1 us); rows of a call that
+    reaches it split into tasks of fewer rows only past the serial
+    threshold, and those tasks run its partial batches, with the same
+    bits."""
+    if n <= (tiny.FORWARD_MAX_ACCURATE if accurate else tiny.FORWARD_MAX) and nrows >= W:
+        return ShortForm.TINY
+    if n == 2 * W or n == 4 * W or n == 8 * W:
+        return ShortForm.WHOLE
+    return ShortForm.ROWS
+
+
+def forward_short_kernel(n, accurate, nrows):
+    """``(module, name)`` of the kernel of :func:`short_form`."""
+    form = short_form(n, accurate, nrows)
+    if form == ShortForm.TINY:
+        return tiny, "forward_tiny"
+    return sys.modules[__name__], "forward_whole" if form == ShortForm.WHOLE else "forward_short"
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def forward_short(xb, ob, g, op, accurate, r0, r1):
     """:func:`forward_range` for unit-stride rows of ``n <= CHUNK`` (but not
@@ -868,32 +924,35 @@ def forward_short(xb, ob, g, op, accurate, r0, r1):
     that the rows' dependency chains (max -> sum -> log -> write, ~300 cycles
     of latency) overlap instead of running one after another. A streamed
     output whose rows lie end to end (with the input's) is written as one
-    span, a batch at a time (:func:`_write_span`)."""
+    span, a batch at a time (:func:`_write_span`). Rows of any ``n``; the
+    plan sends some to :func:`forward_whole` and :func:`.tiny.forward_tiny`
+    instead (:func:`short_form`)."""
     accurate = accurate and float32_result(ob)  # (a constant for 16-bit results)
     wide_vectors()
+    _forward_short_rows(xb, ob, g, op, accurate, r0, r1, g[2], FALSE)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def forward_whole(xb, ob, g, op, accurate, r0, r1):
+    """:func:`forward_short` for rows of exactly 2, 4 or 8 vectors (``n``
+    of 32, 64 or 128 elements); rows of any other ``n`` are not written
+    (:func:`short_form` sends them elsewhere). Each length gets a copy of
+    the batch loop compiled for it as a constant, whose per-row loops LLVM
+    unrolls."""
+    # In-process A/B, AMD EPYC (LLVM znver5), 2 threads, float32: 262144x32
+    # 1.19-1.24x, 131072x64 1.13-1.15x, 32768x128 1.09x, bfloat16 65536x128
+    # 1.18x; 80000x100 (the general copy) 0.96-0.98x, the harness's own
+    # spread. One thread in cache, rows of 32: 0.600 -> 0.532-0.540
+    # ns/element
+    accurate = accurate and float32_result(ob)
+    wide_vectors()
     n = g[2]
-    # a row per lane (.tiny) for tasks of at least a whole batch: a call on
-    # a row or two would pay its setup and a batch's work (a 1x8 call: 3.1
-    # against 2.1 us)
-    if n <= (tiny.FORWARD_MAX_ACCURATE if accurate else tiny.FORWARD_MAX) and r1 - r0 >= W:
-        tiny.forward_tiny(xb, ob, g, op, accurate, r0, r1)
-        return
-    # rows of 2, 4 or 8 whole vectors get copies of the batch loop compiled
-    # for their constant length, whose per-row loops LLVM unrolls. In-process
-    # A/B, AMD EPYC (LLVM znver5), 2 threads, float32: 262144x32 1.19-1.24x,
-    # 131072x64 1.13-1.15x, 32768x128 1.09x, bfloat16 65536x128 1.18x;
-    # 80000x100 (the general copy) 0.96-0.98x, the harness's own spread.
-    # One thread in cache, rows of 32: 0.600 -> 0.532-0.540 ns/element. The
-    # three copies add ~1 s to a signature's first compile (10.9-11.2 s ->
-    # 11.8-12.1, with tiny.forward_tiny and the rest it inlines)
     if n == 2 * W:
         _forward_short_rows(xb, ob, g, op, accurate, r0, r1, 2 * W, TRUE)
     elif n == 4 * W:
         _forward_short_rows(xb, ob, g, op, accurate, r0, r1, 4 * W, TRUE)
     elif n == 8 * W:
         _forward_short_rows(xb, ob, g, op, accurate, r0, r1, 8 * W, TRUE)
-    else:
-        _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n, FALSE)
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -1089,52 +1148,84 @@ def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n, whole):
         sfence()
 
 
+@register_jitable
+def short_backward_form(n, op, accurate, nrows, amd):
+    """The :class:`ShortForm` of the backward of ``nrows`` unit-stride rows
+    of ``n`` elements (``accurate``: float32 results; ``amd``: the CPU
+    compiled for, :func:`.tiny.backward_max`), as :func:`short_form` for
+    the forward: a first backward on 8x100 float32 compiled for 20.3 s with
+    all three forms in one kernel, 8.6 s with the fast path alone (fresh
+    cache, AMD EPYC Zen 3, one run each; docs/performance.md)."""
+    if n <= tiny.backward_max(accurate, amd) and nrows >= W:
+        return ShortForm.TINY
+    if op == _LSM and accurate and n <= 3 * W:  # (3 W: SHORT_BACKWARD, the plan's accurate rows)
+        return ShortForm.ACCURATE
+    return ShortForm.ROWS
+
+
+def backward_short_kernel(n, op, accurate, nrows):
+    """``(module, name)`` of the kernel of :func:`short_backward_form`."""
+    form = short_backward_form(n, op, accurate, nrows, alloc.compiles_for_amd())
+    if form == ShortForm.TINY:
+        return tiny, "backward_tiny"
+    return sys.modules[__name__], "backward_accurate" if form == ShortForm.ACCURATE else "backward_short"
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def backward_short(db, yb, ob, g, op, accurate, r0, r1):
     """:func:`backward_range` for unit-stride rows of ``n <= CHUNK``: the
     fast path pipelined (:func:`_backward_pipelined`), the accurate one a
-    row at a time, its sum and then its writes (:func:`_backward_short_rows`);
-    rows of a few elements a row per vector lane (:mod:`.tiny`)."""
+    row at a time, its sum and then its writes (:func:`_backward_short_rows`).
+    Rows of any ``n``; the plan sends some to :func:`backward_accurate`
+    and :func:`.tiny.backward_tiny` instead (:func:`short_backward_form`)."""
     accurate = accurate and float32_result(ob)  # (a constant for 16-bit results)
     wide_vectors()
-    n = g[2]
-    if n <= tiny.backward_max(accurate) and r1 - r0 >= W:  # as forward_short
-        tiny.backward_tiny(db, yb, ob, g, op, accurate, r0, r1)
-        return
     if not accurate and r1 - r0 > 1:
         _backward_pipelined(db, yb, ob, g, op, r0, r1, streams(ob, g), False)
-        return
+    else:
+        _backward_short_rows(db, yb, ob, g, op, accurate, r0, r1, g[2], 0)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def backward_accurate(db, yb, ob, g, op, accurate, r0, r1):
+    """:func:`backward_short` for the accurate path of ``log_softmax``
+    (``op`` and ``accurate`` as :func:`short_backward_form` takes them):
+    rows of up to ``3 W`` (:data:`.segment.SHORT_BACKWARD`) elements, with
+    copies of the row loop compiled for ``n`` or its vector count as
+    constants; longer rows, other ops and 16-bit results are not written."""
+    if not (op == _LSM and accurate and float32_result(ob)):
+        return  # (for 16-bit results a constant: nothing compiled)
+    wide_vectors()
+    n = g[2]
     # float32 log_softmax rows of one or two whole vectors (the accurate
     # path: rows of up to SHORT_BACKWARD) get copies of the row loop
-    # compiled for n, the op and the path as constants, as forward_short's
+    # compiled for n, the op and the path as constants, as forward_whole's
     # for the forward. In-process A/B (AMD EPYC, LLVM znver4, 2 threads,
     # numpy out=, same bits): 524288x16 1.38-1.53x, 262144x32 1.29-1.50x;
     # 349525x24 (the general copy) 1.00-1.03x. With n alone a constant, rows
     # of 16 gained 0.89-0.94x of that.
     # rows of 17-31 and 33-36 that lie end to end: pass 2 as
     # one run of whole vectors (_backward_flat_rows, whose doc has the A/B)
-    flat = (op == _LSM and accurate and W < n <= 2 * W + W // 4
-            and n != 2 * W and dense_rows(g, 0, n) and dense_rows(g, 1, n) and dense_rows(g, 2, n))
+    flat = (W < n <= 2 * W + W // 4 and n != 2 * W
+            and dense_rows(g, 0, n) and dense_rows(g, 1, n) and dense_rows(g, 2, n))
     if flat and n < 2 * W:
         _backward_flat_rows(db, yb, ob, g, _LSM, r0, r1, n, 2)
     elif flat:
         _backward_flat_rows(db, yb, ob, g, _LSM, r0, r1, n, 3)
-    elif op == _LSM and accurate and n == W:
+    elif n == W:
         _backward_short_rows(db, yb, ob, g, _LSM, True, r0, r1, W, 0, True)  # asks ahead
-    elif op == _LSM and accurate and n == 2 * W:
+    elif n == 2 * W:
         _backward_short_rows(db, yb, ob, g, _LSM, True, r0, r1, 2 * W, 0)
     # rows with a partial last vector: copies for the vector count (n stays
     # a variable, the per-row loops unrolled: segment.grad_sum_vectors).
     # In-process A/B, same machine and harness: rows of 14 1.57x, 20
     # 1.39-1.45x, 24 1.35-1.38x, 30 1.35-1.40x, 40 1.28-1.33x
-    elif op == _LSM and accurate and n < W:
+    elif n < W:
         _backward_short_rows(db, yb, ob, g, _LSM, True, r0, r1, n, 1)
-    elif op == _LSM and accurate and n < 2 * W:
+    elif n < 2 * W:
         _backward_short_rows(db, yb, ob, g, _LSM, True, r0, r1, n, 2)
-    elif op == _LSM and accurate and n <= 3 * W:  # (48: SHORT_BACKWARD)
+    elif n <= 3 * W:  # (48: SHORT_BACKWARD)
         _backward_short_rows(db, yb, ob, g, _LSM, True, r0, r1, n, 3)
-    else:
-        _backward_short_rows(db, yb, ob, g, op, accurate, r0, r1, n, 0)
 
 
 @njit(forceinline=True, error_model="numpy")

@@ -52,17 +52,16 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit, types
-from numba.extending import overload
+from numba.extending import overload, register_jitable
 
 from .. import Op
 from ._math import exp_f32_sum, exp_f64, log_f64
-from ._simd import keep, view, wide_vectors
+from ._simd import float32_result, keep, view, wide_vectors
 from ._vec import (
     W,
     hi_f64,
     join_f32,
     lo_f64,
-    on_amd,
     prefetch,
     prefetch_w,
     reduce_add,
@@ -485,13 +484,14 @@ def _forward_rows(xb, ob, g, op, accurate, i1, i2, nb, n):
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def forward_tiny(xb, ob, g, op, accurate, r0, r1):
-    """:func:`.rows.forward_short` for rows of up to 32 elements (it takes
-    this for rows up to :data:`FORWARD_MAX`): batches of ``W`` rows, a row
-    per lane (module doc). ``ob`` may be ``xb`` (in place): a batch is read
-    whole before any of it is written."""
+    """:func:`.rows.forward_short` for rows of up to 32 elements (the plan
+    takes this for rows up to :data:`FORWARD_MAX`, :func:`.rows.short_form`):
+    batches of ``W`` rows, a row per lane (module doc). ``ob`` may be
+    ``xb`` (in place): a batch is read whole before any of it is written."""
+    accurate = accurate and float32_result(ob)  # (as the row kernels: a constant for 16-bit results)
     n = g[2]
     # rows of one whole vector get a copy of the batch loop compiled for
-    # that length, which LLVM unrolls (as .rows.forward_short for 32-128).
+    # that length, which LLVM unrolls (as .rows.forward_whole for 32-128).
     # AMD EPYC (LLVM znver5): float32 rows of 16, one thread in cache 0.827
     # -> 0.655 ns/element (PyTorch 0.776); A/B, 2 threads, 2**23 elements:
     # float32 1.06x, bfloat16 1.05-1.06x. ``W`` goes as a literal, so numba
@@ -593,11 +593,13 @@ def _backward_batch(dt, yt, gt, n, op, accurate, acc64, half):
             vstore(gt, k * W, backward_vec(d, y, op, ns32, s32, half))
 
 
-@njit(forceinline=True, error_model="numpy")
-def backward_max(accurate):
-    """The longest rows that :func:`.rows.backward_short` hands to
-    :func:`backward_tiny` on the CPU being compiled for."""
-    if on_amd():
+@register_jitable
+def backward_max(accurate, amd):
+    """The longest rows that the plan hands to :func:`backward_tiny`
+    (:func:`.rows.short_backward_form`) on an AMD core or not (``amd``: the
+    CPU being compiled for, ``alloc.compiles_for_amd()`` in Python,
+    :func:`._vec.on_amd` in a kernel)."""
+    if amd:
         return AMD_BACKWARD_MAX_ACCURATE if accurate else AMD_BACKWARD_MAX
     return BACKWARD_MAX
 
@@ -607,6 +609,7 @@ def backward_tiny(db, yb, ob, g, op, accurate, r0, r1):
     """:func:`.rows.backward_short` for rows of up to 32 elements (it takes
     this for rows up to :func:`backward_max`): as :func:`forward_tiny`
     (``ob`` may be ``db`` or ``yb``: in place)."""
+    accurate = accurate and float32_result(ob)
     wide_vectors()
     n = g[2]
     dense, ahead, net = _mode(g, n, 3, ob.itemsize)
