@@ -891,10 +891,11 @@ def short_form(n, accurate, nrows):
 
     Why three kernels, not one that branches on ``n``: numba compiles all
     of a kernel's branches, and a process's first call compiles the kernel
-    (on a fresh install, no disk cache yet). One kernel with all three took
-    38.5 s for a first call on 8x100 float32, the general loop alone 15.0 s
-    (``python benchmarks/compile_libraries.py --first-call``, AMD EPYC Zen
-    3; docs/performance.md). A row per lane needs a batch of ``W`` rows to
+    (on a fresh install, no disk cache yet). With one kernel for all three,
+    a first call on 64x100 float32 took 36.5 s, now 14.8 s (rows of 16
+    36.7 -> 20.7 s, of 32 36.1 -> 17.1 s; ``python
+    benchmarks/compile_time.py``, fresh cache, AMD EPYC Zen 3;
+    docs/performance.md). A row per lane needs a batch of ``W`` rows to
     pay for itself (a 1x8 call: 3.1 against 2.1 us); rows of a call that
     reaches it split into tasks of fewer rows only past the serial
     threshold, and those tasks run its partial batches, with the same
@@ -1153,9 +1154,9 @@ def short_backward_form(n, op, accurate, nrows, amd):
     """The :class:`ShortForm` of the backward of ``nrows`` unit-stride rows
     of ``n`` elements (``accurate``: float32 results; ``amd``: the CPU
     compiled for, :func:`.tiny.backward_max`), as :func:`short_form` for
-    the forward: a first backward on 8x100 float32 compiled for 20.3 s with
-    all three forms in one kernel, 8.6 s with the fast path alone (fresh
-    cache, AMD EPYC Zen 3, one run each; docs/performance.md)."""
+    the forward: a first backward on 64x100 float32 took 26.8 s with one
+    kernel for all three, now 11.5 s (rows of 16 27.1 -> 10.4 s, of 32
+    25.0 -> 10.0 s; as there)."""
     if n <= tiny.backward_max(accurate, amd) and nrows >= W:
         return ShortForm.TINY
     if op == _LSM and accurate and n <= 3 * W:  # (3 W: SHORT_BACKWARD, the plan's accurate rows)
