@@ -17,9 +17,10 @@ one kernel at once could lose an entry or give two entries one data file.
 
 On with ``--warm-kernels`` (`make test` passes it) under pytest-xdist;
 off for a single process, where it would compile kernels that a chosen
-test may not need. The signatures and their costs are those of a cold
-run's profile (AMD EPYC Zen 3); a signature no test uses only costs its
-compile, one no longer listed is compiled by the first test that needs it.
+test may not need. The signatures are those of a cold run's profile (AMD
+EPYC Zen 3), their costs ``benchmarks/warm_up.py``'s; a signature no test
+uses only costs its compile, one no longer listed is compiled by the first
+test that needs it.
 """
 
 from __future__ import annotations
@@ -40,24 +41,24 @@ _SAME = ((_F32, _F32), (_BF16, _BF16), (_F16, _F16))
 _MIXED = ((_F32, _BF16), (_BF16, _F32))
 
 #: kernel -> (module, kind, [(input, result) storage types], seconds to
-#: compile all of them on a cold cache, AMD EPYC Zen 3; measured before
-#: the kernel bodies were inlined by numba, which cut one float32 signature
-#: of backward_short, forward_range and forward_tiles by 14-20%: the split
-#: only needs their rough sizes; the short rows' three kernels each way:
-#: :data:`TOGETHER`)
+#: compile all of them on a cold cache in the warm-up, two workers at once:
+#: ``python benchmarks/warm_up.py``, AMD EPYC Zen 3 (worker totals 224 and
+#: 208 s, 228 s of wall time, with the split these seconds give now: 214
+#: and 216). A kernel of :data:`TOGETHER` took its seconds after those
+#: before it in its group.
 KERNELS = {
-    "forward_short": ("rows", "rows", _SAME + _MIXED, 72),
-    "forward_whole": ("rows", "rows", _SAME + _MIXED, 20),
-    "forward_tiny": ("tiny", "rows", _SAME + _MIXED, 78),
-    "backward_short": ("rows", "bwd_rows", _SAME + _MIXED, 80),
-    "backward_accurate": ("rows", "bwd_rows", _SAME + _MIXED, 52),
-    "backward_tiny": ("tiny", "bwd_rows", _SAME + _MIXED, 34),
-    "forward_range": ("rows", "rows", _SAME + _MIXED, 109),
-    "forward_tiles": ("columns", "tiles", _SAME, 97),
-    "backward_range": ("rows", "bwd_rows", _SAME + _MIXED[1:], 44),
-    "backward_few": ("fewrows", "bwd_tiles", _SAME + _MIXED[1:], 27),
-    "forward_few": ("fewrows", "tiles", _SAME + _MIXED[:1], 26),
-    "backward_tiles": ("columns", "bwd_tiles", _SAME, 19),
+    "forward_short": ("rows", "rows", _SAME + _MIXED, 49),
+    "forward_whole": ("rows", "rows", _SAME + _MIXED, 17),
+    "forward_tiny": ("tiny", "rows", _SAME + _MIXED, 55),
+    "backward_short": ("rows", "bwd_rows", _SAME + _MIXED, 49),
+    "backward_accurate": ("rows", "bwd_rows", _SAME + _MIXED, 33),
+    "backward_tiny": ("tiny", "bwd_rows", _SAME + _MIXED, 15),
+    "forward_range": ("rows", "rows", _SAME + _MIXED, 80),
+    "forward_tiles": ("columns", "tiles", _SAME, 62),
+    "backward_range": ("rows", "bwd_rows", _SAME + _MIXED[1:], 28),
+    "backward_few": ("fewrows", "bwd_tiles", _SAME + _MIXED[1:], 19),
+    "forward_few": ("fewrows", "tiles", _SAME + _MIXED[:1], 11),
+    "backward_tiles": ("columns", "bwd_tiles", _SAME, 12),
 }
 
 
@@ -65,9 +66,7 @@ KERNELS = {
 #: order, which types those helpers once: one float32 signature of
 #: ``forward_whole`` took 17.0 s alone and 3.9 s after ``forward_short``'s
 #: (``python benchmarks/compile_libraries.py --kernels ...``, AMD EPYC Zen 3;
-#: the three 32.8 s in all; the backward's three 22.9 s). Their seconds above
-#: are the short rows' one kernel's (196 and 166 s, before the split) scaled
-#: by that run's shares
+#: the three 32.8 s in all; the backward's three 22.9 s)
 TOGETHER = (("forward_short", "forward_whole", "forward_tiny"),
             ("backward_short", "backward_accurate", "backward_tiny"))
 
