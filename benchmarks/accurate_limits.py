@@ -93,6 +93,8 @@ def _rows_forward(x, o, g, accurate):
     form = R.short_form(g[2], accurate, g[0] * g[1])
     if form == R.ShortForm.TINY:
         T.forward_tiny(x, o, g, _LSM, accurate, 0, g[0] * g[1])
+    elif form == R.ShortForm.TINY_VECTOR:
+        T.forward_tiny_vector(x, o, g, _LSM, accurate, 0, g[0] * g[1])
     elif form == R.ShortForm.WHOLE:
         R.forward_whole(x, o, g, _LSM, accurate, 0, g[0] * g[1])
     else:

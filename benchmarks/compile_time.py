@@ -32,6 +32,7 @@ from pathlib import Path
 #: (label, the call): shapes that take each kernel family of the backend
 CASES = {
     "forward, short rows (64x100)": "L.log_softmax(x(64, 100))",
+    "forward, rows of 10 (64x10)": "L.log_softmax(x(64, 10))",
     "forward, rows of 16 (64x16)": "L.log_softmax(x(64, 16))",
     "forward, rows of 2 vectors (64x32)": "L.log_softmax(x(64, 32))",
     "forward, short rows, out= (64x100)": "L.log_softmax(x(64, 100), out=x(64, 100))",

@@ -105,10 +105,11 @@ def kernels(ns, repeat) -> None:
         lay3 = layout(x.shape, [x.strides] * 3, [x.itemsize] * 3, 1)
         db, yb, ob3 = lay3.buffers([d, x, o])
         g3 = next(iter(lay3.geometries()))
+        tiny_fwd = tiny.forward_tiny_vector if n == W else tiny.forward_tiny
         fwd_rows = row_kernel(rows.forward_short_kernel, n, accurate, 0)
         bwd_rows = row_kernel(rows.backward_short_kernel, n, 0, accurate, 0)
         fns = {
-            "ft": lambda: fwd(tiny.forward_tiny, xb, ob, g, accurate, r),
+            "ft": lambda: fwd(tiny_fwd, xb, ob, g, accurate, r),
             "fr": lambda: fwd(fwd_rows, xb, ob, g, accurate, r),
             "bt": lambda: bwd(tiny.backward_tiny, db, yb, ob3, g3, accurate, r),
             "br": lambda: bwd(bwd_rows, db, yb, ob3, g3, accurate, r),

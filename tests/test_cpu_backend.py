@@ -948,6 +948,7 @@ def test_tiny_rows_give_the_row_kernels_bits(dtype, out_dtype, accurate):
     end to end, and rows of special values (a forward batch holding one is
     redone row by row)."""
     from logsoftmax.backends.cpu import rows, tiny
+    from logsoftmax.backends.cpu._vec import W
 
     rng = np.random.default_rng(21)
     for n in range(1, max(tiny.FORWARD_MAX, tiny.BACKWARD_MAX) + 1):
@@ -963,6 +964,10 @@ def test_tiny_rows_give_the_row_kernels_bits(dtype, out_dtype, accurate):
                 _rows_call(rows.forward_range, [x, ref], None, op, accurate)
                 _rows_call(tiny.forward_tiny, [x, got], None, op, accurate)
                 assert np.array_equal(bits(got), bits(ref)), ("forward", n, dense, op)
+                if n == W:  # (its copy for rows of one vector)
+                    got = np.full(x.shape, 7, out_dtype)
+                    _rows_call(tiny.forward_tiny_vector, [x, got], None, op, accurate)
+                    assert np.array_equal(bits(got), bits(ref)), ("forward", n, dense, op, "vector")
             if dtype != out_dtype:
                 continue
             dd = rng.standard_normal(x.shape).astype(dtype)
@@ -984,7 +989,8 @@ def test_tiny_direct_run_resumes_after_a_batch_that_is_not_finite():
     after it. Not-finite rows in the first, two consecutive middle and the
     last whole batch, a partial batch after them, tasks that start inside a
     batch, in place and not, log_softmax and softmax: the row kernels' bits
-    everywhere."""
+    everywhere, in both tiny kernels (the general one and the copy for rows
+    of one vector)."""
     from logsoftmax.backends.cpu import rows, tiny
 
     n = 16
@@ -997,13 +1003,13 @@ def test_tiny_direct_run_resumes_after_a_batch_that_is_not_finite():
     for op in (0, 1):
         ref = np.empty_like(x)
         _rows_call(rows.forward_range, [x, ref], None, op, True)
-        for cuts in ((), (7, 50)):
+        for cuts, kernel in [(c, k) for c in ((), (7, 50)) for k in (tiny.forward_tiny, tiny.forward_tiny_vector)]:
             got = np.full_like(x, 7.0)
-            _rows_call(tiny.forward_tiny, [x, got], None, op, True, cuts)
-            assert np.array_equal(bits(got), bits(ref)), (op, cuts)
+            _rows_call(kernel, [x, got], None, op, True, cuts)
+            assert np.array_equal(bits(got), bits(ref)), (op, cuts, kernel)
             xi = x.copy()
-            _rows_call(tiny.forward_tiny, [xi, xi], None, op, True, cuts)
-            assert np.array_equal(bits(xi), bits(ref)), (op, cuts, "in place")
+            _rows_call(kernel, [xi, xi], None, op, True, cuts)
+            assert np.array_equal(bits(xi), bits(ref)), (op, cuts, kernel, "in place")
 
 
 @pytest.mark.parametrize("n", [31, 32, 33, 64, 128])
@@ -1078,8 +1084,9 @@ def test_short_rows_backward_kernels_give_the_general_loops_bits(n):
 
 
 def test_short_rows_forward_kernel_follows_the_row_length_and_count():
-    """A call on short rows compiles and runs one of three kernels
-    (``rows.short_form``): a row per lane for rows of up to
+    """A call on short rows compiles and runs one of four kernels
+    (``rows.short_form``): a row per lane (a copy of its own for rows of
+    ``W``) for rows of up to
     ``tiny.FORWARD_MAX_ACCURATE`` (float32 results) or ``FORWARD_MAX``
     (16-bit) when there is a batch of rows, the copies for 2, 4 and 8 whole
     vectors, else the general loop. Through the front door every choice
@@ -1100,10 +1107,12 @@ def test_short_rows_forward_kernel_follows_the_row_length_and_count():
         form.WHOLE, form.WHOLE, form.ROWS, form.ROWS]
     assert rows.forward_short_kernel(8 * W, True, 5) == (rows, "forward_whole")
     assert rows.forward_short_kernel(10, True, W) == (tiny, "forward_tiny")
+    assert rows.short_form(W, True, W) == form.TINY_VECTOR  # (its copy for rows of one vector)
+    assert rows.forward_short_kernel(W, False, 100) == (tiny, "forward_tiny_vector")
 
     rng = np.random.default_rng(7)
     for dtype, accurate in ((F32, True), (BF16, False)):
-        for n in (10, tiny.FORWARD_MAX_ACCURATE, 2 * W, 4 * W, 100):
+        for n in (10, W, tiny.FORWARD_MAX_ACCURATE, 2 * W, 4 * W, 100):
             for r in (3, W, 2 * W + 5):
                 x = _special_rows((rng.standard_normal((r + 10, n)) * 3).astype(dtype))[-r:]
                 ref = np.full(x.shape, 7, dtype)

@@ -202,7 +202,8 @@ def _split(buf: int, axis: int):
 # test`'s compiling (AMD EPYC Zen 3)
 _FORWARD_TILES, _FORWARD_SHORT, _FORWARD_RANGE = (linked(C, "forward_tiles"), linked(R, "forward_short"),
                                                   linked(R, "forward_range"))
-_FORWARD_WHOLE, _FORWARD_TINY = linked(R, "forward_whole"), linked(T, "forward_tiny")
+_FORWARD_WHOLE, _FORWARD_TINY, _FORWARD_TINY_VECTOR = (linked(R, "forward_whole"), linked(T, "forward_tiny"),
+                                                        linked(T, "forward_tiny_vector"))
 _BACKWARD_TILES, _BACKWARD_SHORT, _BACKWARD_RANGE = (linked(C, "backward_tiles"), linked(R, "backward_short"),
                                                      linked(R, "backward_range"))
 _BACKWARD_ACCURATE, _BACKWARD_TINY = linked(R, "backward_accurate"), linked(T, "backward_tiny")
@@ -232,7 +233,8 @@ def links(kind: str, dtype) -> list[tuple[object, str, tuple]]:
         return [(C, "logsumexp_tiles", (A, F64A, G, i, i, i)), (R, "logsumexp_range", (A, F64A, G, i, i))]
     st, bwd = storage_dtype(dtype), kind == "bwd"
     rows_ = [(R, "backward_short"), (R, "backward_accurate"), (T, "backward_tiny"), (R, "backward_range")] if bwd else [
-        (R, "forward_short"), (R, "forward_whole"), (T, "forward_tiny"), (R, "forward_range")]
+        (R, "forward_short"), (R, "forward_whole"), (T, "forward_tiny"), (T, "forward_tiny_vector"),
+        (R, "forward_range")]
     return [(C, "backward_tiles" if bwd else "forward_tiles", kernel_types(bwd, True, st, st))] + [
         (module, kernel, kernel_types(bwd, False, st, st)) for module, kernel in rows_]
 
@@ -269,6 +271,8 @@ def _forward(xb, ob, outer, n, inner, op, accurate):
         form = R.short_form(n, accurate, g[0])
         if form == R.ShortForm.TINY:
             _FORWARD_TINY((xb, ob, g, op, accurate, I0, g[0]))
+        elif form == R.ShortForm.TINY_VECTOR:
+            _FORWARD_TINY_VECTOR((xb, ob, g, op, accurate, I0, g[0]))
         elif form == R.ShortForm.WHOLE:
             _FORWARD_WHOLE((xb, ob, g, op, accurate, I0, g[0]))
         else:

@@ -56,11 +56,12 @@ each kernel compiles on first use per (input, output) storage type and is
 cached on disk (``cache=True``; numba keys the cache by CPU, so machine code
 compiled for one CPU is never loaded on another).
 
-Short rows have three kernels each way (a row per lane, the copies for
-constant lengths, the general loop), not one that branches on the row
-length, so that a first call compiles only the one its rows take
-(``rows.short_form``): 64x100 float32 on a fresh cache 36.5 -> 14.8 s
-forward, 26.8 -> 11.5 s backward (docs/performance.md).
+Short rows have a kernel per form (a row per lane, the copies for
+constant lengths, the general loop; forward, the row per lane's copy for
+rows of 16 too), not one that branches on the row length, so that a first
+call compiles only the one its rows take (``rows.short_form``): on a
+fresh cache, 64x100 float32 36.5 -> 14.8 s forward, 26.8 -> 11.5 s
+backward; 64x10 forward 36.7 -> 14.6 s (docs/performance.md).
 
 Compile time is most of a cold start (a fresh install's first call, a cold
 ``make test``), and half of it is LLVM finalizing libraries: numba compiles

@@ -874,6 +874,8 @@ class ShortForm(enum.IntEnum):
 
     #: :func:`.tiny.forward_tiny` / :func:`.tiny.backward_tiny`: a row per vector lane
     TINY = 0
+    #: :func:`.tiny.forward_tiny_vector`: the same for rows of one whole vector
+    TINY_VECTOR = 4
     #: :func:`forward_whole`: rows of 2, 4 or 8 whole vectors
     WHOLE = 1
     #: :func:`forward_short` / :func:`backward_short`: the general loops
@@ -889,7 +891,7 @@ def short_form(n, accurate, nrows):
     (``accurate``: float32 results, as the kernels take it), in the plan of
     a call (plain Python) and in the JAX handlers (inlined).
 
-    Why three kernels, not one that branches on ``n``: numba compiles all
+    Why a kernel per form, not one that branches on ``n``: numba compiles all
     of a kernel's branches, and a process's first call compiles the kernel
     (on a fresh install, no disk cache yet). With one kernel for all three,
     a first call on 64x100 float32 took 36.5 s, now 14.8 s (rows of 16
@@ -901,7 +903,7 @@ def short_form(n, accurate, nrows):
     threshold, and those tasks run its partial batches, with the same
     bits."""
     if n <= (tiny.FORWARD_MAX_ACCURATE if accurate else tiny.FORWARD_MAX) and nrows >= W:
-        return ShortForm.TINY
+        return ShortForm.TINY_VECTOR if n == W else ShortForm.TINY
     if n == 2 * W or n == 4 * W or n == 8 * W:
         return ShortForm.WHOLE
     return ShortForm.ROWS
@@ -912,6 +914,8 @@ def forward_short_kernel(n, accurate, nrows):
     form = short_form(n, accurate, nrows)
     if form == ShortForm.TINY:
         return tiny, "forward_tiny"
+    if form == ShortForm.TINY_VECTOR:
+        return tiny, "forward_tiny_vector"
     return sys.modules[__name__], "forward_whole" if form == ShortForm.WHOLE else "forward_short"
 
 

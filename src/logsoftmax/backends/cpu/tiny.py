@@ -93,6 +93,7 @@ __all__ = [
     "AMD_BACKWARD_MAX_ACCURATE",
     "backward_max",
     "forward_tiny",
+    "forward_tiny_vector",
     "backward_tiny",
 ]
 
@@ -485,19 +486,34 @@ def _forward_rows(xb, ob, g, op, accurate, i1, i2, nb, n):
 @njit(cache=True, nogil=True, error_model="numpy")
 def forward_tiny(xb, ob, g, op, accurate, r0, r1):
     """:func:`.rows.forward_short` for rows of up to 32 elements (the plan
-    takes this for rows up to :data:`FORWARD_MAX`, :func:`.rows.short_form`):
-    batches of ``W`` rows, a row per lane (module doc). ``ob`` may be
-    ``xb`` (in place): a batch is read whole before any of it is written."""
+    takes this for rows up to :data:`FORWARD_MAX`, :func:`.rows.short_form`;
+    rows of ``W`` take :func:`forward_tiny_vector`): batches of ``W`` rows,
+    a row per lane (module doc). ``ob`` may be ``xb`` (in place): a batch
+    is read whole before any of it is written."""
     accurate = accurate and float32_result(ob)  # (as the row kernels: a constant for 16-bit results)
-    n = g[2]
-    # rows of one whole vector get a copy of the batch loop compiled for
-    # that length, which LLVM unrolls (as .rows.forward_whole for 32-128).
+    _forward_tiny_rows(xb, ob, g, op, accurate, r0, r1, g[2])
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def forward_tiny_vector(xb, ob, g, op, accurate, r0, r1):
+    """:func:`forward_tiny` for rows of exactly ``W`` elements, its batch
+    loop compiled for that length, which LLVM unrolls (as
+    :func:`.rows.forward_whole` for 32-128); rows of other lengths take
+    the general copy, as in :func:`forward_tiny`. A kernel of its own, so
+    that a first call on other tiny rows does not compile this copy: 64x10
+    float32 on a fresh cache 21.4 -> 16.6 s (one run each, AMD EPYC Zen 3).
+    It keeps the general copy beside it: with the copy for ``W`` alone,
+    bfloat16 rows of 16 ran 0.95x in three in-process A/Bs (paired), with
+    both 0.97-0.98x, as the one tiny kernel before this split 0.97x, against 25d6ee9
+    (the same code against itself 1.00-1.01x)."""
     # AMD EPYC (LLVM znver5): float32 rows of 16, one thread in cache 0.827
     # -> 0.655 ns/element (PyTorch 0.776); A/B, 2 threads, 2**23 elements:
     # float32 1.06x, bfloat16 1.05-1.06x. ``W`` goes as a literal, so numba
-    # compiles that copy on its own (not ._simd.I0's plain int64): as
+    # compiles this copy on its own (not ._simd.I0's plain int64): as
     # np.int64(W), one copy for both, bfloat16 rows of 16 ran 0.89x (one
     # in-process A/B, AMD EPYC Zen 3)
+    accurate = accurate and float32_result(ob)
+    n = g[2]
     if n == W:
         _forward_tiny_rows(xb, ob, g, op, accurate, r0, r1, W)
     else:
