@@ -893,11 +893,11 @@ def short_form(n, accurate, nrows):
 
     Why a kernel per form, not one that branches on ``n``: numba compiles all
     of a kernel's branches, and a process's first call compiles the kernel
-    (on a fresh install, no disk cache yet). With one kernel for all three,
-    a first call on 64x100 float32 took 36.5 s, now 14.8 s (rows of 16
-    36.7 -> 20.7 s, of 32 36.1 -> 17.1 s; ``python
-    benchmarks/compile_time.py``, fresh cache, AMD EPYC Zen 3;
-    docs/performance.md). A row per lane needs a batch of ``W`` rows to
+    (on a fresh install, no disk cache yet). With one kernel for all of
+    them, a first call on 64x100 float32 took 36.5 s, now 14.8 s (rows of
+    10 36.7 -> 14.6 s, of 16 34.3 -> 19.4 s, of 32 36.1 -> 17.1 s; ``python
+    benchmarks/compile_time.py``, fresh cache, AMD EPYC Zen 3, one run
+    each; docs/performance.md). A row per lane needs a batch of ``W`` rows to
     pay for itself (a 1x8 call: 3.1 against 2.1 us); rows of a call that
     reaches it split into tasks of fewer rows only past the serial
     threshold, and those tasks run its partial batches, with the same
@@ -1163,7 +1163,7 @@ def short_backward_form(n, op, accurate, nrows, amd):
     25.0 -> 10.0 s; as there)."""
     if n <= tiny.backward_max(accurate, amd) and nrows >= W:
         return ShortForm.TINY
-    if op == _LSM and accurate and n <= 3 * W:  # (3 W: SHORT_BACKWARD, the plan's accurate rows)
+    if op == _LSM and accurate and n <= 3 * W:  # (the rows backward_accurate has copies for)
         return ShortForm.ACCURATE
     return ShortForm.ROWS
 
