@@ -69,6 +69,8 @@ __all__ = [
     "acc_dd",
     "add_dd",
     "exp_dd",
+    "exp_dd_any",
+    "exp_dd_any_vec",
     "exp_dd_vec",
     "log_dd",
     "log_dd_vec",
@@ -560,18 +562,9 @@ _TAIL = tuple(1.0 / math.factorial(k) for k in range(17, 2, -1))
 
 
 @njit(forceinline=True)
-def exp_dd_vec(a):
-    """``e**a`` as a double-double ``(hi, lo)`` of float64 vectors (8 lanes),
-    relative error ~2**-58, for ``0 <= a <= 700`` (the log of a row sum; no
-    special values: other lanes give garbage, never a trap).
-
-    ``a = k ln2 + r`` with ``k`` rounded to nearest by the 1.5 * 2**52
-    trick and ``r`` kept as a double-double (``k * ln2_hi`` is exact and
-    its subtraction is exact by Sterbenz), ``e**r = 1 + r + r**2/2 + r**3
-    P(r)`` with the first three terms summed error-free and the tail
-    (< 0.0075) in plain float64, then the exact scaling by ``2**k`` (its
-    bits made from ``k``'s, as :func:`._math.log_f64` makes its exponent).
-    """
+def _exp_dd_reduced(a):
+    """``e**a = 2**k (hi + lo)``: the double-double ``(hi, lo)`` of ``e**r``
+    and ``t``, whose bits hold ``k`` (:func:`exp_dd_vec`'s doc)."""
     t = vfma(a, _LOG2E64, _MAGIC64)
     kf = t - _MAGIC64
     r0 = a - kf * _LN2_HI64
@@ -589,9 +582,50 @@ def exp_dd_vec(a):
     a2, e2 = two_sum(a1, 0.5 * sq)
     lo = e1 + e2 + 0.5 * sqe + q + re * a2
     hi = a2 + lo
-    lo = lo - (hi - a2)
+    return hi, lo - (hi - a2), t
+
+
+@njit(forceinline=True)
+def exp_dd_vec(a):
+    """``e**a`` as a double-double ``(hi, lo)`` of float64 vectors (8 lanes),
+    relative error ~2**-58, for ``0 <= a <= 700`` (the log of a row sum; no
+    special values: other lanes give garbage, never a trap).
+
+    ``a = k ln2 + r`` with ``k`` rounded to nearest by the 1.5 * 2**52
+    trick and ``r`` kept as a double-double (``k * ln2_hi`` is exact and
+    its subtraction is exact by Sterbenz), ``e**r = 1 + r + r**2/2 + r**3
+    P(r)`` with the first three terms summed error-free and the tail
+    (< 0.0075) in plain float64, then the exact scaling by ``2**k`` (its
+    bits made from ``k``'s, as :func:`._math.log_f64` makes its exponent).
+    """
+    hi, lo, t = _exp_dd_reduced(a)
     scale = as_float((as_int(t) - _MAGIC64_BITS + 1023) << 52)
     return hi * scale, lo * scale
+
+
+#: :func:`exp_dd_any_vec` clamps its argument here: beyond it ``e**a`` is 0
+#: or inf either way, and ``k`` stays within the two scalings' reach
+_DD_CLAMP = 1400.0
+
+
+@njit(forceinline=True)
+def exp_dd_any_vec(a):
+    """:func:`exp_dd_vec` for any ``a`` (float64 vectors): ``2**k`` applied
+    as two exact scalings ``2**(k//2) * 2**(k - k//2)``, so results that
+    are subnormal (``a < -708.4``) or 0 (``a < -745.2``, ``-inf``) and
+    overflows (``a > 709.78``, ``+inf``) come out of the arithmetic, as do
+    NaNs. Relative error < 2**-57 (``tests/test_float64_kernels.py``) down
+    to ``a ~ -670``; below it ``lo`` is subnormal and loses its bits, up to
+    2**-53 relative (the rounding of ``hi``), where ``e**a`` is under
+    1e-291. The log_softmax backward's ``e**dst`` on float64 data
+    (:func:`.float64._bwd_value`), measured against a scale of at least 1."""
+    a = where(a < -_DD_CLAMP, -_DD_CLAMP, where(a > _DD_CLAMP, _DD_CLAMP, a))  # (NaN stays)
+    hi, lo, t = _exp_dd_reduced(a)
+    k = as_int(t) - _MAGIC64_BITS
+    k1 = k >> 1
+    s1 = as_float((k1 + 1023) << 52)
+    s2 = as_float((k - k1 + 1023) << 52)
+    return (hi * s1) * s2, (lo * s1) * s2
 
 
 @njit(forceinline=True)
@@ -608,6 +642,13 @@ def log_dd_vec(s, lo):
     d = (s - eh) + (lo - el)  # s - eh is exact (Sterbenz: they are an ulp or two apart)
     l_ = where(s >= 1.0, d / eh, 0.0)
     return h, where(s < np.inf, l_, 0.0)
+
+
+@njit
+def exp_dd_any(a):
+    """:func:`exp_dd_any_vec` of one float64."""
+    h, l_ = exp_dd_any_vec(splat(a))
+    return lane(h, 0), lane(l_, 0)
 
 
 @njit

@@ -48,12 +48,17 @@ threads, or whether a long row is split across threads):
   double-double and rounded once, or ``exp(x - m) * (1/s)`` (softmax),
   re-reading ``x`` from cache. logsumexp is ``m + L`` in double-double,
   rounded once.
-* Backward: ``S = sum(diff_dst)`` (softmax: ``sum(diff_dst * dst)``) per
-  chunk by a fixed pairwise tree (pairs ``i, i + h`` for
-  ``h = P/2, P/4, ..., 1``; ``P`` the next power of two, missing partners
-  count as 0; a path through the tree has log2(4096) = 12 roundings, not
-  4096 as in a plain loop), chunk sums added left to right; then one pass
-  writing ``diff_dst - exp(dst) * S`` (softmax: ``dst * (diff_dst - S)``).
+* Backward: ``S = sum(diff_dst)`` (softmax: ``sum(diff_dst * dst)``, each
+  product exact as a double-double by an ``fma``) per chunk in the lanes
+  of the forward's sums (element ``k`` a compensated sum in lane ``k %
+  LANES``, the lanes added by the same tree), chunk sums added left to
+  right as double-doubles; then one pass writing ``diff_dst - exp(dst) *
+  S`` (softmax: ``dst * (diff_dst - S)``) in double-double, ``exp(dst)`` a
+  double-double too (:func:`._simd.exp_dd_any_vec`), rounded once. With a
+  plain float64 pairwise tree for ``S`` and plain arithmetic after it, the
+  backward lost to PyTorch's on 34 of 96 problems (log_softmax, up to 5
+  eps more) and 22 of 96 (softmax), by ``S``'s rounding where the row's
+  terms cancel and the float64 ``exp``'s ulp; now <= 0.5 eps.
 
 Accuracy (3-sigma logits, vs a long double oracle, in eps; PyTorch 2.13 in
 brackets; ``python tests/test_torch_parity.py``): log_softmax 0.50-0.56
@@ -94,8 +99,8 @@ from numba.extending import overload
 
 from .. import InPlace, Op
 from ._math import exp_f64_ulp
-from ._simd import I0, I1, acc_dd, add_dd, log_dd, log_dd_vec, maxnum, store, two_sum, view
-from ._vec import W, lane, splat, vload, vload_part, vmax, vstore, vstore_part, where
+from ._simd import I0, I1, acc_dd, add_dd, exp_dd_any_vec, log_dd, log_dd_vec, maxnum, store, two_sum, view
+from ._vec import W, lane, splat, vfma, vload, vload_part, vmax, vstore, vstore_part, where
 
 __all__ = [
     "CHUNK",
@@ -168,34 +173,18 @@ def _has_nan(buf, off, n, step):
     return False
 
 
-@njit(**_KW)
-def _top(n):
-    """The first tree level's pair distance: largest power of two below ``n``."""
-    h = 1
-    while h * 2 < n:
-        h *= 2
-    return h
-
-
-@njit(**_KW)
-def _tree(t, n):
-    """Pairwise sum of ``t[:n]`` in the fixed order of the module docstring
-    (destroys ``t``). Partners are read through a view at ``h`` so every
-    index counts from 0: numba's negative-index wraparound on ``t[i + h]``
-    would otherwise block vectorisation."""
-    if n == 1:
-        return t[0]
-    h = _top(n)
-    hi = view(t, h, n - h)
-    for i in range(n - h):
-        t[i] += hi[i]
-    h //= 2
-    while h >= 1:
-        hi = view(t, h, h)
-        for i in range(h):
-            t[i] += hi[i]
-        h //= 2
-    return t[0]
+@njit(forceinline=True)
+def _add_sum(ah, al, bh, bl):
+    """:func:`._simd.add_dd` for the lanes' trees, where a sum that is not
+    finite (an infinite or NaN term, an overflow) is ``(ah + bh, 0)``: the
+    plain sum's value, which the compensation would turn into NaN (``inf -
+    inf``). So a backward row whose ``diff_dst`` holds an infinity sums to
+    it, as a plain sum does (the forward's sums of ``exp`` terms are NaN
+    there either way). Vectors or scalars."""
+    h, l_ = add_dd(ah, al, bh, bl)
+    s = ah + bh
+    finite = s - s == 0.0
+    return where(finite, h, s), where(finite, l_, 0.0)
 
 
 @njit(forceinline=True)
@@ -212,8 +201,8 @@ def _lanes_dd_cols(th, tl, J, jn):
             b = (q + step) * J
             for j in range(0, jn, LANES):
                 c = min(LANES, jn - j)
-                h, l_ = add_dd(vload_part(th, a + j, c, 0.0), vload_part(tl, a + j, c, 0.0),
-                               vload_part(th, b + j, c, 0.0), vload_part(tl, b + j, c, 0.0))
+                h, l_ = _add_sum(vload_part(th, a + j, c, 0.0), vload_part(tl, a + j, c, 0.0),
+                                 vload_part(th, b + j, c, 0.0), vload_part(tl, b + j, c, 0.0))
                 vstore_part(th, a + j, h, c)
                 vstore_part(tl, a + j, l_, c)
         step //= 2
@@ -224,13 +213,13 @@ def _lanes_dd_vec(hv, lv):
     """A row's ``LANES`` double-double partial sums (the lanes of ``hv``,
     ``lv``) added in the tree of :func:`_lanes_dd_cols`, as scalars in
     registers (no scratch allocation per row)."""
-    h0, l0 = add_dd(lane(hv, 0), lane(lv, 0), lane(hv, 4), lane(lv, 4))
-    h1, l1 = add_dd(lane(hv, 1), lane(lv, 1), lane(hv, 5), lane(lv, 5))
-    h2, l2 = add_dd(lane(hv, 2), lane(lv, 2), lane(hv, 6), lane(lv, 6))
-    h3, l3 = add_dd(lane(hv, 3), lane(lv, 3), lane(hv, 7), lane(lv, 7))
-    h0, l0 = add_dd(h0, l0, h2, l2)
-    h1, l1 = add_dd(h1, l1, h3, l3)
-    return add_dd(h0, l0, h1, l1)
+    h0, l0 = _add_sum(lane(hv, 0), lane(lv, 0), lane(hv, 4), lane(lv, 4))
+    h1, l1 = _add_sum(lane(hv, 1), lane(lv, 1), lane(hv, 5), lane(lv, 5))
+    h2, l2 = _add_sum(lane(hv, 2), lane(lv, 2), lane(hv, 6), lane(lv, 6))
+    h3, l3 = _add_sum(lane(hv, 3), lane(lv, 3), lane(hv, 7), lane(lv, 7))
+    h0, l0 = _add_sum(h0, l0, h2, l2)
+    h1, l1 = _add_sum(h1, l1, h3, l3)
+    return _add_sum(h0, l0, h1, l1)
 
 
 @njit(**_KW)
@@ -323,11 +312,25 @@ def _fwd_value(x, m, lh, ll, inv, op):
 
 
 @njit(forceinline=True)
-def _bwd_value(d, y, s, op):
-    """Pass 2 of the backward on one value or vector (:func:`_bwd_write`)."""
+def _bwd_value(d, y, sh, sl, op):
+    """Pass 2 of the backward on a vector (:func:`_bwd_write`), from the
+    double-double row sum ``sh + sl``, evaluated in double-double and
+    rounded once: ``d - e**y (sh + sl)`` (log_softmax; ``e**y`` by
+    :func:`._simd.exp_dd_any_vec`, the product's error by ``fma``) or
+    ``y ((d - sh) - sl)`` (softmax). Where the compensation is NaN (an
+    infinite or NaN operand, an overflow) the plain ``d - e**y sh`` or
+    ``y (d - sh)`` is taken, as :func:`_ls64` does."""
     if op == Op.LOG_SOFTMAX:
-        return d - exp_f64_ulp(y) * s
-    return y * (d - s)
+        eh, el = exp_dd_any_vec(y)
+        ph = eh * sh
+        pl = vfma(eh, sh, -ph) + (eh * sl + el * sh)
+        rh, re = two_sum(d, -ph)
+        r = rh + (re - pl)
+        return where(r == r, r, d - ph)
+    th, te = two_sum(d, -sh)
+    ph = y * th
+    r = ph + (vfma(y, th, -ph) + y * (te - sl))
+    return where(r == r, r, y * (d - sh))
 
 
 def store_vec(buf, i, v):
@@ -380,14 +383,14 @@ def _fwd_row_vec(xs, os, n, m, lh, ll, inv, op):
 
 
 @njit(forceinline=True)
-def _bwd_row_vec(ds, ys, os, n, s, op):
-    sv = splat(s)
+def _bwd_row_vec(ds, ys, os, n, sh, sl, op):
+    shv, slv = splat(sh), splat(sl)
     nv = n - n % LANES
     for k in range(0, nv, LANES):
-        store_vec(os, k, _bwd_value(vload(ds, k), vload(ys, k), sv, op))
+        store_vec(os, k, _bwd_value(vload(ds, k), vload(ys, k), shv, slv, op))
     if nv < n:
         c = n - nv
-        store_vec_part(os, nv, _bwd_value(vload_part(ds, nv, c, 0.0), vload_part(ys, nv, c, 0.0), sv, op), c)
+        store_vec_part(os, nv, _bwd_value(vload_part(ds, nv, c, 0.0), vload_part(ys, nv, c, 0.0), shv, slv, op), c)
 
 
 @njit(**_KW)
@@ -414,48 +417,66 @@ def _lse_value(buf, off, n, step, m, s, lo):
     return m + math.log(s)
 
 
-@njit(**_KW)
-def _bwd_terms_sum(ds, ys, t, op):
-    """One chunk's tree sum of diff_dst (log_softmax) or diff_dst * dst
-    (softmax), with scratch ``t``. The first tree level is fused into the
-    load loop: ``t[i] = a_i + a_{i+h}``, the same arithmetic as
-    :func:`_tree` on the stored terms, one pass fewer over the scratch."""
-    n = ds.shape[0]
-    if n == 1:
-        return ds[0] if op == Op.LOG_SOFTMAX else ds[0] * ys[0]
-    h = _top(n)
-    dh = view(ds, h, n - h)
-    yh = view(ys, h, n - h)
+@njit(forceinline=True)
+def _product(d, y):
+    """``d * y`` as a double-double (exact: the ``fma`` gives its error)."""
+    p = d * y
+    return p, vfma(d, y, -p)
+
+
+@njit(forceinline=True)
+def _acc_grad(hv, lv, d, y, op):
+    """Add a vector of backward sum terms to the lanes' compensated sums
+    ``(hv, lv)``: ``d`` (log_softmax) or ``d * y`` (softmax; the product's
+    rounding error, exact by :func:`_product`, goes to ``lv`` with the
+    additions')."""
     if op == Op.LOG_SOFTMAX:
-        for i in range(n - h):
-            t[i] = ds[i] + dh[i]
-        for i in range(n - h, h):
-            t[i] = ds[i]
-    else:
-        for i in range(n - h):
-            t[i] = ds[i] * ys[i] + dh[i] * yh[i]
-        for i in range(n - h, h):
-            t[i] = ds[i] * ys[i]
-    return _tree(t, h)
+        return acc_dd(hv, lv, d)
+    p, pe = _product(d, y)
+    h, l_ = acc_dd(hv, lv, p)
+    return h, l_ + pe
 
 
 @njit(**_KW)
-def _bwd_row_sum(ds, ys, t, op):
+def _bwd_terms_sum(ds, ys, op):
+    """One chunk's sum of diff_dst (log_softmax) or diff_dst * dst (softmax)
+    as a double-double: :data:`LANES` compensated sums side by side
+    (element ``k`` in lane ``k % LANES``, as the forward's
+    :func:`_chunk_stats`; lanes past the chunk's end add 0, which leaves
+    them as they are, so they hold what the column kernel's lanes hold),
+    added by :func:`_lanes_dd_vec`."""
     n = ds.shape[0]
-    s = 0.0
+    hv = splat(0.0)
+    lv = hv
+    nv = n - n % LANES
+    for k in range(0, nv, LANES):
+        hv, lv = _acc_grad(hv, lv, vload(ds, k), vload(ys, k), op)
+    if nv < n:
+        c = n - nv
+        hv, lv = _acc_grad(hv, lv, vload_part(ds, nv, c, 0.0), vload_part(ys, nv, c, 0.0), op)
+    return _lanes_dd_vec(hv, lv)
+
+
+@njit(**_KW)
+def _bwd_row_sum(ds, ys, op):
+    """A row's ``(S, lo)``: chunk sums added left to right, as double-doubles."""
+    n = ds.shape[0]
+    s, lo = 0.0, 0.0
     for c0 in range(0, n, CHUNK):
         c1 = min(n, c0 + CHUNK)
-        s += _bwd_terms_sum(view(ds, c0, c1 - c0), view(ys, c0, c1 - c0), t, op)
-    return s
+        sc, lc = _bwd_terms_sum(view(ds, c0, c1 - c0), view(ys, c0, c1 - c0), op)
+        s, lo = _add_sum(s, lo, sc, lc)
+    return s, lo
 
 
 @njit(**_KW)
-def _bwd_write(ds, ys, os, s, op):
+def _bwd_write(ds, ys, os, s, lo, op):
     """Pass 2 of the backward into ``os`` (any storage type):
-    ``dd - exp(y) * S`` (log_softmax) or ``y * (dd - S)`` (softmax); ``os``
+    ``dd - exp(y) * S`` (log_softmax) or ``y * (dd - S)`` (softmax), ``S = s +
+    lo`` a double-double (:func:`_bwd_value`); ``os``
     may be ``ds`` or ``ys`` (in place: each vector is read before it is
     written)."""
-    _bwd_row_vec(ds, ys, os, ds.shape[0], s, op)
+    _bwd_row_vec(ds, ys, os, ds.shape[0], s, lo, op)
 
 
 # ---------------------------------------------------------------------------
@@ -547,17 +568,17 @@ def _lse_rows_unit(xb, xg, rb, rg, n2, n, rr):
 
 
 @njit(**_KW)
-def _bwd_rows_unit(db, dg, yb, yg, ob, og, n2, n, op, ip, t, rr):
+def _bwd_rows_unit(db, dg, yb, yg, ob, og, n2, n, op, ip, rr):
     for r in rr:
         ds = view(db, _row_off(dg, r, n2), n)
         ys = view(yb, _row_off(yg, r, n2), n)
-        s = _bwd_row_sum(ds, ys, t, op)
+        s, lo = _bwd_row_sum(ds, ys, op)
         if ip == InPlace.NONE:
-            _bwd_write(ds, ys, view(ob, _row_off(og, r, n2), n), s, op)
+            _bwd_write(ds, ys, view(ob, _row_off(og, r, n2), n), s, lo, op)
         elif ip == InPlace.DIFF_DST:
-            _bwd_write(ds, ys, ds, s, op)
+            _bwd_write(ds, ys, ds, s, lo, op)
         else:
-            _bwd_write(ds, ys, ys, s, op)
+            _bwd_write(ds, ys, ys, s, lo, op)
 
 
 @_parallel_and_serial
@@ -610,10 +631,8 @@ def bwd_rows(db, dg, yb, yg, ob, og, n1, n2, n, op, ip):
     rows = n1 * n2
     ntask = min(rows, 256)
     for task in prange(ntask):
-        t = np.empty(min(n, CHUNK), np.float64)
         if dg[3] == 1 and yg[3] == 1 and og[3] == 1:
-            _bwd_rows_unit(db, dg, yb, yg, ob, og, n2, n, op, ip, t,
-                           _task_rows(task, ntask, rows))
+            _bwd_rows_unit(db, dg, yb, yg, ob, og, n2, n, op, ip, _task_rows(task, ntask, rows))
             continue
         dst_ = _stage(db, dg, n)
         yst = _stage(yb, yg, n)
@@ -624,16 +643,16 @@ def bwd_rows(db, dg, yb, yg, ob, og, n1, n2, n, op, ip):
             oo = _row_off(og, r, n2)
             ds = _row(db, dg, do, n, dst_)
             ys = _row(yb, yg, yo, n, yst)
-            s = _bwd_row_sum(ds, ys, t, op)
+            s, lo = _bwd_row_sum(ds, ys, op)
             if ip == InPlace.NONE:
-                _bwd_write(ds, ys, _dst(ob, og, oo, n, ost), s, op)
+                _bwd_write(ds, ys, _dst(ob, og, oo, n, ost), s, lo, op)
                 _flush(ob, og, oo, n, ost)
             elif ip == InPlace.DIFF_DST:
-                _bwd_write(ds, ys, ds, s, op)
+                _bwd_write(ds, ys, ds, s, lo, op)
                 if dg[3] != 1:
                     _scatter(ds, db, do, n, dg[3])
             else:
-                _bwd_write(ds, ys, ys, s, op)
+                _bwd_write(ds, ys, ys, s, lo, op)
                 if yg[3] != 1:
                     _scatter(ys, yb, yo, n, yg[3])
 
@@ -722,22 +741,23 @@ def bwd_rows_split(db, dg, yb, yg, ob, og, n1, n2, n, op):
     rows = n1 * n2
     nch = (n + CHUNK - 1) // CHUNK
     ps = np.empty(rows * nch, np.float64)
+    pl = np.empty(rows * nch, np.float64)
     for it in prange(rows * nch):
         r = it // nch
         c0 = (it - r * nch) * CHUNK
         ln = min(n, c0 + CHUNK) - c0
-        t = np.empty(CHUNK, np.float64)
         dst_ = _stage(db, dg, ln)
         yst = _stage(yb, yg, ln)
         ds = _row(db, dg, _row_off(dg, r, n2) + c0 * dg[3], ln, dst_)
         ys = _row(yb, yg, _row_off(yg, r, n2) + c0 * yg[3], ln, yst)
-        ps[it] = _bwd_terms_sum(ds, ys, t, op)
+        ps[it], pl[it] = _bwd_terms_sum(ds, ys, op)
     ss = np.empty(rows, np.float64)
+    sl = np.empty(rows, np.float64)
     for r in range(rows):
-        s = 0.0  # the same left-to-right sum as _bwd_row_sum
+        s, lo = 0.0, 0.0  # the same left-to-right sum as _bwd_row_sum
         for c in range(nch):
-            s += ps[r * nch + c]
-        ss[r] = s
+            s, lo = _add_sum(s, lo, ps[r * nch + c], pl[r * nch + c])
+        ss[r], sl[r] = s, lo
     for it in prange(rows * nch):
         r = it // nch
         c0 = (it - r * nch) * CHUNK
@@ -748,7 +768,7 @@ def bwd_rows_split(db, dg, yb, yg, ob, og, n1, n2, n, op):
         ds = _row(db, dg, _row_off(dg, r, n2) + c0 * dg[3], ln, dst_)
         ys = _row(yb, yg, _row_off(yg, r, n2) + c0 * yg[3], ln, yst)
         oo = _row_off(og, r, n2) + c0 * og[3]
-        _bwd_write(ds, ys, _dst(ob, og, oo, ln, ost), ss[r], op)
+        _bwd_write(ds, ys, _dst(ob, og, oo, ln, ost), ss[r], sl[r], op)
         _flush(ob, og, oo, ln, ost)
 
 
@@ -792,29 +812,6 @@ def _tile_stage(buf, g, n, J):
 @njit
 def _tiles(ni, J):
     return (ni + J - 1) // J
-
-
-@njit(**_KW)
-def _tree_cols(t, cl, J, jn):
-    """:func:`_tree` on every column of ``t`` laid out ``[k * J + j]``: the
-    same pairs in the same order, so each column's sum is bit-identical to
-    the row kernels' sum of the same values."""
-    if cl == 1:
-        return
-    h = _top(cl)
-    for i in range(cl - h):
-        ta = view(t, i * J, jn)
-        tb = view(t, (i + h) * J, jn)
-        for j in range(jn):
-            ta[j] += tb[j]
-    h //= 2
-    while h >= 1:
-        for i in range(h):
-            ta = view(t, i * J, jn)
-            tb = view(t, (i + h) * J, jn)
-            for j in range(jn):
-                ta[j] += tb[j]
-        h //= 2
 
 
 @njit(**_KW)
@@ -948,27 +945,43 @@ def lse_inner(xb, xg, rb, rg, n1, n2, n, ni, J):
             rb[ro + j * rg[4]] = _lse_value(xt, xbase + j, n, xsn, m[j], s[j], sl[j])
 
 
-@njit(**_KW)
-def _col_terms(dr, yr, tr, jn, op):
-    """A tile row's backward sum terms: ``dd`` or ``dd * y`` (as
-    :func:`_bwd_terms_sum`)."""
-    if op == Op.LOG_SOFTMAX:
-        for j in range(jn):
-            tr[j] = dr[j]
-    else:
-        for j in range(jn):
-            tr[j] = dr[j] * yr[j]
+@njit(forceinline=True)
+def _col_sums(dt, yt, dbase, ybase, dsn, ysn, c0, cl, jn, op, th, tl):
+    """A chunk's backward sums of every tile column (``j < jn``) into
+    ``th[:jn]``, ``tl[:jn]``: the lanes of :func:`_bwd_terms_sum` (tile row
+    ``k`` in lane ``k % LANES``, rows ``[q J, q J + jn)`` of the scratch),
+    added by :func:`_lanes_dd_cols`, so each column's sum is bit-identical
+    to the row kernels' sum of the same values."""
+    jv = jn - jn % LANES
+    th[:] = 0.0
+    tl[:] = 0.0
+    for k in range(cl):
+        pd = dbase + (c0 + k) * dsn
+        py = ybase + (c0 + k) * ysn
+        q = (k % LANES) * (th.shape[0] // LANES)
+        for j in range(0, jv, LANES):
+            h, l_ = _acc_grad(vload(th, q + j), vload(tl, q + j), vload(dt, pd + j), vload(yt, py + j), op)
+            vstore(th, q + j, h)
+            vstore(tl, q + j, l_)
+        if jv < jn:
+            c = jn - jv
+            h, l_ = _acc_grad(vload_part(th, q + jv, c, 0.0), vload_part(tl, q + jv, c, 0.0),
+                              vload_part(dt, pd + jv, c, 0.0), vload_part(yt, py + jv, c, 0.0), op)
+            vstore_part(th, q + jv, h, c)
+            vstore_part(tl, q + jv, l_, c)
+    _lanes_dd_cols(th, tl, th.shape[0] // LANES, jn)
 
 
 @njit(**_KW)
-def _inner_bwd_row(dr, yr, orow, s, jn, op):
+def _inner_bwd_row(dr, yr, orow, s, sl, jn, op):
     """Pass 2 of the backward on a tile row (as :func:`_bwd_write`)."""
     jv = jn - jn % LANES
     for j in range(0, jv, LANES):
-        store_vec(orow, j, _bwd_value(vload(dr, j), vload(yr, j), vload(s, j), op))
+        store_vec(orow, j, _bwd_value(vload(dr, j), vload(yr, j), vload(s, j), vload(sl, j), op))
     if jv < jn:
         c = jn - jv
-        g_ = _bwd_value(vload_part(dr, jv, c, 0.0), vload_part(yr, jv, c, 0.0), vload_part(s, jv, c, 0.0), op)
+        g_ = _bwd_value(vload_part(dr, jv, c, 0.0), vload_part(yr, jv, c, 0.0), vload_part(s, jv, c, 0.0),
+                        vload_part(sl, jv, c, 0.0), op)
         store_vec_part(orow, jv, g_, c)
 
 
@@ -983,7 +996,8 @@ def bwd_inner(db, dg, yb, yg, ob, og, n1, n2, n, ni, op, J):
         do = _row_off(dg, o, n2) + j0 * dg[4]
         yo = _row_off(yg, o, n2) + j0 * yg[4]
         oo = _row_off(og, o, n2) + j0 * og[4]
-        t = np.empty(min(n, CHUNK) * J, np.float64)
+        th = np.empty(LANES * J, np.float64)
+        tl = np.empty(LANES * J, np.float64)
         dst_ = _tile_stage(db, dg, n, J)
         yst = _tile_stage(yb, yg, n, J)
         ost = _tile_stage(ob, og, n, J)
@@ -991,19 +1005,15 @@ def bwd_inner(db, dg, yb, yg, ob, og, n1, n2, n, ni, op, J):
         yt, ybase, ysn = _tile_in(yb, yg, yo, n, jn, J, yst)
         ot, obase, osn = _tile_out(ob, og, oo, J, ost)
         s = np.zeros(J, np.float64)
+        sl = np.zeros(J, np.float64)
         for c0 in range(0, n, CHUNK):
             cl = min(n - c0, CHUNK)
-            for k in range(cl):
-                pd = dbase + (c0 + k) * dsn
-                py = ybase + (c0 + k) * ysn
-                tr = t[k * J : k * J + jn]
-                _col_terms(view(dt, pd, jn), view(yt, py, jn), tr, jn, op)
-            _tree_cols(t, cl, J, jn)
+            _col_sums(dt, yt, dbase, ybase, dsn, ysn, c0, cl, jn, op, th, tl)
             for j in range(jn):
-                s[j] += t[j]
+                s[j], sl[j] = _add_sum(s[j], sl[j], th[j], tl[j])
         for k in range(n):
             pd = dbase + k * dsn
             py = ybase + k * ysn
             orow = view(ot, obase + k * osn, jn)
-            _inner_bwd_row(view(dt, pd, jn), view(yt, py, jn), orow, s, jn, op)
+            _inner_bwd_row(view(dt, pd, jn), view(yt, py, jn), orow, s, sl, jn, op)
         _tile_flush(ob, og, oo, n, jn, J, ost)
