@@ -13,7 +13,8 @@ call for at least 20 ms.
     git worktree add /tmp/old <rev>
     python benchmarks/ab_inprocess.py --old /tmp/old p03:8x16x384x384:f32:fwd:3 ...
 
-A problem is ``name:shape:dtype:fwd|bwd:axis`` (dtype f32, bf16, f16 or f64);
+A problem is ``name:shape:dtype:fwd|bwd|sfwd|sbwd:axis`` (dtype f32, bf16,
+f16 or f64; ``s``: softmax's instead of log_softmax's);
 without problems a default set of short-row, vocabulary and strided ones
 runs. Prints per problem the median time of each and ``old / new`` (above
 1: the new tree is faster), the median of the ratios of paired rounds, and
@@ -61,16 +62,19 @@ def import_old(src: Path):
 def calls(lib, kind, x, dd, axis, numpy_out=False, allocating=False):
     """A no-argument call of ``lib`` on the problem and its output: into
     ``lib``'s own output (``numpy_out``: into an ``np.empty_like``, as a numpy
-    user's ``out=``), or with no ``out=`` at all (``allocating``)."""
-    y = lib.log_softmax(x, axis=axis)
+    user's ``out=``), or with no ``out=`` at all (``allocating``). ``kind``:
+    ``fwd``/``bwd`` (log_softmax), ``sfwd``/``sbwd`` (softmax)."""
+    fwd, bwd = ((lib.softmax, lib.softmax_backward) if kind.startswith("s")
+                else (lib.log_softmax, lib.log_softmax_backward))
+    y = fwd(x, axis=axis)
     if allocating:
-        fn = ((lambda: lib.log_softmax(x, axis=axis)) if kind == "fwd"
-              else (lambda: lib.log_softmax_backward(dd, y, axis=axis)))
+        fn = ((lambda: fwd(x, axis=axis)) if kind.endswith("fwd")
+              else (lambda: bwd(dd, y, axis=axis)))
         return fn, fn()
-    out = np.empty_like(x) if numpy_out else lib.log_softmax(x, axis=axis)
-    if kind == "fwd":
-        return lambda: lib.log_softmax(x, axis=axis, out=out), out
-    return lambda: lib.log_softmax_backward(dd, y, axis=axis, out=out), out
+    out = np.empty_like(x) if numpy_out else fwd(x, axis=axis)
+    if kind.endswith("fwd"):
+        return lambda: fwd(x, axis=axis, out=out), out
+    return lambda: bwd(dd, y, axis=axis, out=out), out
 
 
 def main(argv=None) -> None:

@@ -559,12 +559,16 @@ def add_dd(ah, al, bh, bl):
 
 # 1/k!, k = 17..3, for the tail r**3 * P(r) of exp(r), |r| <= ln2/2
 _TAIL = tuple(1.0 / math.factorial(k) for k in range(17, 2, -1))
+#: ... to k = 14 for :func:`exp_dd_any_vec`: the first term left out,
+#: ``r**15 / 15!``, is 9.8e-20 (2**-63) at ``|r| = ln2/2``
+_TAIL14 = _TAIL[3:]
 
 
 @njit(forceinline=True)
-def _exp_dd_reduced(a):
+def _exp_dd_reduced(a, tail):
     """``e**a = 2**k (hi + lo)``: the double-double ``(hi, lo)`` of ``e**r``
-    and ``t``, whose bits hold ``k`` (:func:`exp_dd_vec`'s doc)."""
+    and ``t``, whose bits hold ``k`` (:func:`exp_dd_vec`'s doc; ``tail``: the
+    Taylor coefficients of ``P``, highest first)."""
     t = vfma(a, _LOG2E64, _MAGIC64)
     kf = t - _MAGIC64
     r0 = a - kf * _LN2_HI64
@@ -572,8 +576,8 @@ def _exp_dd_reduced(a):
     pe = vfma(kf, _LN2_LO64, -p)
     r, re = two_sum(r0, -p)
     re = re - pe
-    q = splat(_TAIL[0])
-    for c in _TAIL[1:]:
+    q = splat(tail[0])
+    for c in tail[1:]:
         q = vfma(q, r, c)
     q = q * (r * r * r)
     sq = r * r
@@ -598,7 +602,7 @@ def exp_dd_vec(a):
     (< 0.0075) in plain float64, then the exact scaling by ``2**k`` (its
     bits made from ``k``'s, as :func:`._math.log_f64` makes its exponent).
     """
-    hi, lo, t = _exp_dd_reduced(a)
+    hi, lo, t = _exp_dd_reduced(a, _TAIL)
     scale = as_float((as_int(t) - _MAGIC64_BITS + 1023) << 52)
     return hi * scale, lo * scale
 
@@ -620,7 +624,7 @@ def exp_dd_any_vec(a):
     1e-291. The log_softmax backward's ``e**dst`` on float64 data
     (:func:`.float64._bwd_value`), measured against a scale of at least 1."""
     a = where(a < -_DD_CLAMP, -_DD_CLAMP, where(a > _DD_CLAMP, _DD_CLAMP, a))  # (NaN stays)
-    hi, lo, t = _exp_dd_reduced(a)
+    hi, lo, t = _exp_dd_reduced(a, _TAIL14)
     k = as_int(t) - _MAGIC64_BITS
     k1 = k >> 1
     s1 = as_float((k1 + 1023) << 52)
