@@ -48,9 +48,10 @@ BENCH_ARGS ?=
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_cpu.py $(BENCH_ARGS)
 
-## bench-all: every benchmark script (CPU, shapes beside the set, autograd, adapters, graph, dask); slow
+## bench-all: every benchmark script (CPU, shapes beside the set, accuracy against PyTorch, autograd, adapters, graph, dask); slow
 bench-all: bench
 	$(BIN)/python benchmarks/every_size.py
+	$(BIN)/python benchmarks/accuracy_vs_torch.py
 	$(BIN)/python benchmarks/few_rows_cache.py
 	$(BIN)/python benchmarks/scratch_contents.py
 	$(BIN)/python benchmarks/bench_autograd.py
