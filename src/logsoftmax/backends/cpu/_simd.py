@@ -65,6 +65,7 @@ __all__ = [
     "scratch",
     "f32_bits",
     "bits_f32",
+    "two_prod",
     "two_sum",
     "acc_dd",
     "add_dd",
@@ -540,6 +541,14 @@ def two_sum(a, b):
     return s, (a - (s - bb)) + (b - bb)
 
 
+@njit(forceinline=True)
+def two_prod(a, b):
+    """``(p, e)`` with ``p = fl(a * b)`` and ``p + e == a * b`` exactly (the
+    ``fma`` gives ``e``)."""
+    p = a * b
+    return p, vfma(a, b, -p)
+
+
 @njit
 def acc_dd(hi, lo, v):
     """Add ``v`` to the compensated sum ``(hi, lo)``: ``hi`` is the plain running
@@ -572,16 +581,14 @@ def _exp_dd_reduced(a, tail):
     t = vfma(a, _LOG2E64, _MAGIC64)
     kf = t - _MAGIC64
     r0 = a - kf * _LN2_HI64
-    p = kf * _LN2_LO64
-    pe = vfma(kf, _LN2_LO64, -p)
+    p, pe = two_prod(kf, _LN2_LO64)
     r, re = two_sum(r0, -p)
     re = re - pe
     q = splat(tail[0])
     for c in tail[1:]:
         q = vfma(q, r, c)
     q = q * (r * r * r)
-    sq = r * r
-    sqe = vfma(r, r, -sq)
+    sq, sqe = two_prod(r, r)
     a1, e1 = two_sum(splat(1.0), r)
     a2, e2 = two_sum(a1, 0.5 * sq)
     lo = e1 + e2 + 0.5 * sqe + q + re * a2

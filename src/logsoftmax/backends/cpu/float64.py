@@ -100,8 +100,8 @@ from numba.extending import overload
 
 from .. import InPlace, Op
 from ._math import exp_f64_ulp
-from ._simd import I0, I1, acc_dd, add_dd, exp_dd_any_vec, log_dd, log_dd_vec, maxnum, store, two_sum, view
-from ._vec import W, lane, splat, vfma, vload, vload_part, vmax, vstore, vstore_part, where
+from ._simd import I0, I1, acc_dd, add_dd, exp_dd_any_vec, log_dd, log_dd_vec, maxnum, store, two_prod, two_sum, view
+from ._vec import W, lane, splat, vload, vload_part, vmax, vstore, vstore_part, where
 
 __all__ = [
     "CHUNK",
@@ -323,14 +323,14 @@ def _bwd_value(d, y, sh, sl, op):
     ``y (d - sh)`` is taken, as :func:`_ls64` does."""
     if op == Op.LOG_SOFTMAX:
         eh, el = exp_dd_any_vec(y)
-        ph = eh * sh
-        pl = vfma(eh, sh, -ph) + (eh * sl + el * sh)
+        ph, pe = two_prod(eh, sh)
+        pl = pe + (eh * sl + el * sh)
         rh, re = two_sum(d, -ph)
         r = rh + (re - pl)
         return where(r == r, r, d - ph)
     th, te = two_sum(d, -sh)
-    ph = y * th
-    r = ph + (vfma(y, th, -ph) + y * (te - sl))
+    ph, pe = two_prod(y, th)
+    r = ph + (pe + y * (te - sl))
     return where(r == r, r, y * (d - sh))
 
 
@@ -419,21 +419,14 @@ def _lse_value(buf, off, n, step, m, s, lo):
 
 
 @njit(forceinline=True)
-def _product(d, y):
-    """``d * y`` as a double-double (exact: the ``fma`` gives its error)."""
-    p = d * y
-    return p, vfma(d, y, -p)
-
-
-@njit(forceinline=True)
 def _acc_grad(hv, lv, d, y, op):
     """Add a vector of backward sum terms to the lanes' compensated sums
     ``(hv, lv)``: ``d`` (log_softmax) or ``d * y`` (softmax; the product's
-    rounding error, exact by :func:`_product`, goes to ``lv`` with the
-    additions')."""
+    rounding error, exact by :func:`._simd.two_prod`, goes to ``lv`` with
+    the additions')."""
     if op == Op.LOG_SOFTMAX:
         return acc_dd(hv, lv, d)
-    p, pe = _product(d, y)
+    p, pe = two_prod(d, y)
     h, l_ = acc_dd(hv, lv, p)
     return h, l_ + pe
 
