@@ -498,14 +498,16 @@ def forward_tiny(xb, ob, g, op, accurate, r0, r1):
 def forward_tiny_vector(xb, ob, g, op, accurate, r0, r1):
     """:func:`forward_tiny` for rows of exactly ``W`` elements, its batch
     loop compiled for that length, which LLVM unrolls (as
-    :func:`.rows.forward_whole` for 32-128); rows of other lengths take
-    the general copy, as in :func:`forward_tiny`. A kernel of its own, so
-    that a first call on other tiny rows does not compile this copy: 64x10
-    float32 on a fresh cache 21.4 -> 16.6 s (one run each, AMD EPYC Zen 3).
-    It keeps the general copy beside it: with the copy for ``W`` alone,
-    bfloat16 rows of 16 ran 0.95x in three in-process A/Bs (paired), with
-    both 0.97-0.98x, as the one tiny kernel before this split 0.97x, against 25d6ee9
-    (the same code against itself 1.00-1.01x)."""
+    :func:`.rows.forward_whole` for 32-128). A kernel of its own, so that a
+    first call on other tiny rows does not compile this copy: 64x10 float32
+    on a fresh cache 21-22 s before, 15-17 s after (``python
+    benchmarks/compile_time.py --only "rows of 10"``, three runs each, AMD
+    EPYC Zen 3). The plan sends it rows of ``W`` only, yet it keeps the
+    general copy (the ``else`` below) beside its own: with the copy for
+    ``W`` alone, bfloat16 rows of 16 ran 0.95x in three in-process A/Bs
+    (paired), with both 0.97-0.98x, as the one tiny kernel before this
+    split 0.97x, against 25d6ee9 (the same code against itself
+    1.00-1.01x)."""
     # AMD EPYC (LLVM znver5): float32 rows of 16, one thread in cache 0.827
     # -> 0.655 ns/element (PyTorch 0.776); A/B, 2 threads, 2**23 elements:
     # float32 1.06x, bfloat16 1.05-1.06x. ``W`` goes as a literal, so numba
