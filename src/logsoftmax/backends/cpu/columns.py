@@ -59,6 +59,7 @@ from .segment import (
     GRAD_LANES,
     LANES32,
     LANES64,
+    SUM_BLOCK,
     forward_vec,
     grad_add,
     stream_end,
@@ -277,24 +278,6 @@ def _cache_bytes():
 #: 8x16x384x384 axis 2) lane-major: 0.97x (in-process A/B, AMD EPYC, LLVM
 #: znver4), so the bound stays.
 LANE_MAJOR_ROWS = 256
-#: fast-path (float32 terms) chunks of more than LANE_MAJOR_ROWS rows, up to
-#: this many, sum one lane at a time (:func:`_sums32_by_lane`: the partial
-#: sums in a few rows of L1) instead of row by row through the ``64 x J``
-#: scratch (96-256 KiB, out of L1), on Intel (measured there only). In-
-#: process A/B against row by row (Intel Xeon, LLVM rocketlake, 2 threads,
-#: numpy ``out=``, same bits, 2-4 runs): float16 4x512x64x64 axis 1
-#: 1.09-1.17x, bfloat16 8x384x64x64 1.07-1.12x, float16 16x300x96x96
-#: 1.09-1.10x, bfloat16 32x320x32x32 1.08-1.10x, 300x8192 axis 0
-#: 1.09-1.16x, float16 600x16384 1.17x, 16x1024x32x32 1.01-1.07x, 1000x65536
-#: (the next tile's max inside the sums) 1.01-1.03x, p04 (8x16x384x384 axis
-#: 2) 1.01-1.04x (0.97x, paired 1.00, into the library's own output
-#: memory). Longer columns lost, a lane's rows then spread over a
-#: tile of 4 MiB: 4000x16384 bfloat16 0.91x, 2000x32768 float16 0.96x. So
-#: did float64 terms (the accurate path) in the same order: 8x384x64x64
-#: float32 0.93x, 16x1024x32x32 0.93x, staged 4000x16384 0.90x. On an AMD
-#: EPYC Zen 4 (LLVM znver4) it loses: p04 0.91x (paired 0.95) in the same
-#: A/B (the eighth Zen 4 session), so AMD cores keep row by row.
-LANE_ORDER_ROWS = 1024
 #: tile rows ahead that the max pass prefetches (reads) and the write pass
 #: claims (prefetchw): each tile row is its own short run of lines on its
 #: own page, too short for the hardware prefetcher to pick up. Only for
@@ -709,18 +692,29 @@ def _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, pf,
             for i in range(min(W, jn - j)):
                 sc[j + i] = acc64[i]
     else:
-        used = min(cl, LANES32)
+        blocks = cl > SUM_BLOCK  # .segment._sum32's blocks (see the row-major sums)
+        block = SUM_BLOCK if blocks else max(cl, 1)
         for j in range(0, jn, W):
             m = vload(mc, j)
-            for lane_ in range(used):
-                a = splat(_ZERO)
-                for k in range(lane_, cl, LANES32):
-                    x = vload_n(xb, p + k * sn + j, jn - j, _NINF)
-                    a = a + exp_f32_sum(x - m)  # the terms of .segment._sum32
-                vstore(acc32, lane_ * W, a)
-            _lane_tree(acc32, used, 1, W, W, LANES32)
-            for i in range(min(W, jn - j)):
-                sc[j + i] = np.float64(acc32[i])
+            for b0 in range(0, cl, block):
+                b1 = min(b0 + block, cl)
+                used = min(b1 - b0, LANES32)
+                for lane_ in range(used):
+                    a = splat(_ZERO)
+                    for k in range(b0 + lane_, b1, LANES32):
+                        x = vload_n(xb, p + k * sn + j, jn - j, _NINF)
+                        a = a + exp_f32_sum(x - m)  # the terms of .segment._sum32
+                    vstore(acc32, lane_ * W, a)
+                if blocks:
+                    _widen_block(acc32, acc64, used, 1, W, b0 == 0)
+            if blocks:
+                _lane_tree(acc64, _WIDE_LANES, 2, W // 2, W, _WIDE_LANES)
+                for i in range(min(W, jn - j)):
+                    sc[j + i] = acc64[i]
+            else:
+                _lane_tree(acc32, used, 1, W, W, LANES32)
+                for i in range(min(W, jn - j)):
+                    sc[j + i] = np.float64(acc32[i])
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -747,8 +741,8 @@ def _tile_sums_row_major_apart(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc
 def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, pn, jn2, mn, pf=-1, pjn=0):
     """The sums of long columns: row by row (each row of the tile is ``J``
     contiguous elements on one page), every lane of every column in a
-    ``lanes x J`` scratch (float32 terms of up to :data:`LANE_ORDER_ROWS`
-    rows on Intel: lane by lane, :func:`_sums32_by_lane`). ``pn >= 0``: each
+    ``lanes x J`` scratch (float32 terms past ``SUM_BLOCK`` rows in blocks,
+    as :func:`.segment._sum32`). ``pn >= 0``: each
     row ``k`` also takes row ``k`` of the next tile (``jn2`` columns from
     ``xb[pn]``, ``cl`` rows too) into that tile's max ``mn``
     (:func:`_max_row`); ``pf >= 0``: each row ``k`` of float32 terms asks
@@ -773,96 +767,48 @@ def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, p
         _lane_tree(acc64, min(cl, LANES64), 2 * nv, W // 2, J, LANES64)
         for j in range(jn):
             sc[j] = acc64[j]
-    elif LANE_MAJOR_ROWS < cl <= LANE_ORDER_ROWS and not on_amd():
-        _sums32_by_lane(xb, p, sn, cl, jn, acc32, mc, sc, J, pn, jn2, mn)
     else:
-        for lane_ in range(min(cl, LANES32)):
-            for v in range(nv):
-                vstore(acc32, lane_ * J + v * W, splat(_ZERO))
-        for k in range(cl):
-            if pn >= 0:
-                _max_row(xb, pn, sn, k, jn2, mn)
-            if pf >= 0:
-                for i in range(0, pjn, 64 // xb.itemsize):
-                    prefetch_l2(xb, pf + k * sn + i)
-            q = (k % LANES32) * J
-            for v in range(nv):
-                j = v * W
-                x = vload_n(xb, p + k * sn + j, jn - j, _NINF)
-                e = exp_f32_sum(x - vload(mc, j))  # the terms of .segment._sum32
-                vstore(acc32, q + j, vload(acc32, q + j) + e)
-        _lane_tree(acc32, min(cl, LANES32), nv, W, J, LANES32)
-        for j in range(jn):
-            sc[j] = np.float64(acc32[j])
+        # .segment._sum32's blocks: past SUM_BLOCK rows, each block's lanes
+        # go down to 16 and into float64 lanes (acc64), whose tree ends it
+        blocks = cl > SUM_BLOCK
+        block = SUM_BLOCK if blocks else max(cl, 1)
+        for b0 in range(0, cl, block):
+            b1 = min(b0 + block, cl)
+            used = min(b1 - b0, LANES32)
+            for lane_ in range(used):
+                for v in range(nv):
+                    vstore(acc32, lane_ * J + v * W, splat(_ZERO))
+            for k in range(b0, b1):
+                if pn >= 0:
+                    _max_row(xb, pn, sn, k, jn2, mn)
+                if pf >= 0:
+                    for i in range(0, pjn, 64 // xb.itemsize):
+                        prefetch_l2(xb, pf + k * sn + i)
+                q = (k % LANES32) * J
+                for v in range(nv):
+                    j = v * W
+                    x = vload_n(xb, p + k * sn + j, jn - j, _NINF)
+                    e = exp_f32_sum(x - vload(mc, j))  # the terms of .segment._sum32
+                    vstore(acc32, q + j, vload(acc32, q + j) + e)
+            if blocks:
+                _widen_block(acc32, acc64, used, nv, J, b0 == 0)
+        if blocks:
+            _lane_tree(acc64, _WIDE_LANES, 2 * nv, W // 2, J, _WIDE_LANES)
+            for j in range(jn):
+                sc[j] = acc64[j]
+        else:
+            _lane_tree(acc32, used, nv, W, J, LANES32)
+            for j in range(jn):
+                sc[j] = np.float64(acc32[j])
 
 
 @njit(forceinline=True, error_model="numpy")
-def _sums32_by_lane(xb, p, sn, cl, jn, acc32, mc, sc, J, pn, jn2, mn):
-    """:func:`_tile_sums_row_major`'s float32 sums (the same terms, lanes and
-    tree, so the same bits) one lane at a time: lane ``l`` takes rows ``l,
-    l + 64, ...`` of the tile, each a row of ``jn`` contiguous columns, into
-    one ``J``-wide row of ``acc32``, and the lanes go in the tree's leaf
-    order (lane ``bitrev(i)`` is leaf ``i`` of :func:`_lane_tree`'s pairwise
-    sum) into a binary counter of partial sums: rows ``0..6`` of ``acc32``
-    (10.5 KiB at 384 columns: L1, where the row-major loop's ``64 x J``
-    scratch, 96 KiB, is not). Each lane's row starts at 0, as the row-major
-    scratch does (``0 + e`` is ``e``; a lane without rows adds 0). ``pn >=
-    0``: the next tile's max takes its rows in order, one per row summed, as
-    in the row-major loop."""
-    nv = (jn + W - 1) // W
-    r = 0  # the next tile's row that its max takes next
-    for i in range(LANES32):
-        # leaf i joins the partial sums of the t levels below it (i's
-        # trailing ones), in the row of level t, free until now
-        t = _trailing_ones(i)
-        q = t * J
-        for v in range(nv):  # 0 + e is e: the first term's bits
-            vstore(acc32, q + v * W, splat(_ZERO))
-        for k in range(_bitrev6(i), cl, LANES32):
-            if pn >= 0:  # the lanes visit every row once: r runs 0..cl-1
-                _max_row(xb, pn, sn, r, jn2, mn)
-                r += 1
-            for v in range(nv):
-                j = v * W
-                x = vload_n(xb, p + k * sn + j, jn - j, _NINF)
-                e = exp_f32_sum(x - vload(mc, j))  # the terms of .segment._sum32
-                vstore(acc32, q + j, vload(acc32, q + j) + e)
-        for level in range(t):
-            b = level * J
-            for v in range(nv):
-                vstore(acc32, q + v * W, vload(acc32, b + v * W) + vload(acc32, q + v * W))
-    q = _LANE_BITS * J  # leaf 63 left the whole sum at the top level
-    for j in range(jn):
-        sc[j] = np.float64(acc32[q + j])
-
-
-#: log2(LANES32): the levels of the lane tree
-_LANE_BITS = 6
-assert 1 << _LANE_BITS == LANES32
-
-
-@njit(inline="always")
-def _bitrev6(i):
-    """``i`` (0-63) with its six bits reversed."""
-    return ((i & 1) << 5) | ((i & 2) << 3) | ((i & 4) << 1) | ((i & 8) >> 1) | ((i & 16) >> 3) | ((i & 32) >> 5)
-
-
-@njit(inline="always")
-def _trailing_ones(i):
-    """The number of trailing one bits of ``i >= 0``."""
-    t = 0
-    while (i >> t) & 1:
-        t += 1
-    return t
-
-
-@njit(forceinline=True, error_model="numpy")
-def _lane_tree(acc, used, nvec, w, J, lanes):
+def _lane_tree(acc, used, nvec, w, J, lanes, stop=1):
     """Add the lane rows of ``acc`` (row ``l`` at ``l * J``) by the tree
-    of :mod:`.segment`: ``l + l + h`` for ``h = lanes/2, ..., 1``; rows at or
+    of :mod:`.segment`: ``l + l + h`` for ``h = lanes/2, ..., stop``; rows at or
     past ``used`` are zero and are skipped (adding 0 changes no bit)."""
     h = lanes // 2
-    while h >= 1:
+    while h >= stop:
         for lane_ in range(min(h, used)):
             if lane_ + h < used:
                 a = lane_ * J
@@ -870,6 +816,35 @@ def _lane_tree(acc, used, nvec, w, J, lanes):
                 for v in range(nvec):
                     vstore(acc, a + v * w, vload(acc, a + v * w) + vload(acc, b + v * w))
         h //= 2
+
+
+#: the float64 lanes of a fast-path sum past SUM_BLOCK terms (.segment._sum32)
+_WIDE_LANES = W
+
+
+@njit(forceinline=True, error_model="numpy")
+def _widen_block(acc32, acc64, used, nvec, J, first):
+    """A block's ``used`` float32 lane rows of ``acc32`` taken down to 16 by
+    the tree's first levels (``+ 32``, ``+ 16``) and added into the float64
+    lane rows of ``acc64`` (``first``: stored), each vector's low 8 columns
+    then its high 8: :func:`.segment._widen_block` per column. Lane rows
+    the block did not reach hold nothing of it (adding 0 changes no bit)."""
+    _lane_tree(acc32, used, nvec, W, J, LANES32, _WIDE_LANES)
+    for lane_ in range(_WIDE_LANES):
+        for v in range(nvec):
+            a = lane_ * J + v * W
+            if lane_ >= used:
+                if first:
+                    vstore(acc64, a, splat(0.0))
+                    vstore(acc64, a + W // 2, splat(0.0))
+                continue
+            x = vload(acc32, a)
+            if first:
+                vstore(acc64, a, lo_f64(x))
+                vstore(acc64, a + W // 2, hi_f64(x))
+            else:
+                vstore(acc64, a, vload(acc64, a) + lo_f64(x))
+                vstore(acc64, a + W // 2, vload(acc64, a + W // 2) + hi_f64(x))
 
 
 @njit(forceinline=True, error_model="numpy")

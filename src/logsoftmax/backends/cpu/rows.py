@@ -55,12 +55,14 @@ from . import alloc, tiny
 from .geometry import dense_rows, first_row, next_row, row_at, row_offset, row_step
 from .segment import (
     CHUNK,
+    SUM_BLOCK,
     backward_vec,
     backward_vec64,
     chunk_grad_sum,
     chunk_max,
     chunk_max_lanes,
     chunk_stats,
+    chunk_sum32,
     chunk_sum32_lanes,
     chunk_sum64_keeping,
     chunk_sum64_lanes,
@@ -1112,6 +1114,8 @@ def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n, whole):
                 vstore(lanes64, i * (W // 2), chunk_sum64_keeping(xs, n, mx[i], d, i * n))
             elif accurate:
                 vstore(lanes64, i * (W // 2), chunk_sum64_lanes(xs, n, mx[i]))
+            elif n > SUM_BLOCK:  # float64 lanes, their tree its own (segment._sum32)
+                s[i] = chunk_sum32(xs, n, mx[i])
             else:
                 vstore(lanes, i * W, chunk_sum32_lanes(xs, n, mx[i]))
             if fetch and b0 + nb + i < r1:
@@ -1120,7 +1124,8 @@ def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n, whole):
                 else:
                     _prefetch_row(xb, row_at(g, 0, p1, p2), n)
                     p1, p2 = next_row(g, p1, p2)
-        _batch_sums(lanes, lanes64, s, nb, accurate)
+        if accurate or n <= SUM_BLOCK:
+            _batch_sums(lanes, lanes64, s, nb, accurate)
         for i in range(nb):  # chunk_sum_at's (m, s), its rows of no max too
             m[i] = mx[i]
             if mx[i] == _NINF32:

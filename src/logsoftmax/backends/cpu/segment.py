@@ -12,7 +12,20 @@ each chunk (:func:`chunk_stats`):
   the lanes are added by a fixed pairwise tree (lane ``l`` + lane
   ``l + 32``, then ``+ 16``, ``8``, ``4``, ``2``, ``1``). That is 64
   independent float32 accumulators over at most 64 terms each (API.md's
-  accuracy rule asks for at least 64, or pairwise blocks of <= 4096);
+  accuracy rule asks for at least 64, or pairwise blocks of <= 4096).
+  A fast-path chunk of more than :data:`SUM_BLOCK` (256) terms sums each
+  block of 256 that way (lanes from 0) down to 16 lanes (``+ 32``, ``+
+  16``), widens them and adds them, block after block, into 16 float64
+  lanes, whose tree (``+ 8``, ``4``, ``2``, ``1``) is float64: no float32
+  lane adds more than 4 terms. The lane holding a row's largest term
+  (exactly 1) had rounded each of its other 63 terms at ``ulp(1)``, and
+  float32 rows of 1025-65536 lost to PyTorch's error (``python
+  benchmarks/accuracy_vs_torch.py --long``, 160 problems an op):
+  log_softmax on 12, by up to 1.50 eps, softmax on 16, by up to 1.00;
+  with the blocks, log_softmax on 1, by 0.001 eps (a half-way case of the
+  result's rounding), softmax on none. Blocks of 512 lost softmax 2. Cost,
+  in-process A/B (AMD EPYC Zen 3): 0.93-0.98x (float32 and 16-bit rows of
+  2048-128256, float16 columns of 384);
 
 then chunks merge in order in float64 (:func:`merge`, the online softmax):
 ``(m, s) <- (M, s e**(m - M) + s_c e**(m_c - M))``, ``M = max(m, m_c)``.
@@ -100,12 +113,14 @@ __all__ = [
     "SHORT",
     "SHORT_BACKWARD",
     "LANES32",
+    "SUM_BLOCK",
     "LANES64",
     "GRAD_LANES",
     "chunk_max",
     "chunk_max_lanes",
     "chunk_sum64_lanes",
     "chunk_sum64_keeping",
+    "chunk_sum32",
     "chunk_sum32_lanes",
     "empty_sum",
     "chunk_stats",
@@ -145,6 +160,8 @@ SHORT = 1024
 SHORT_BACKWARD = 48
 #: float32 term lanes per chunk (4 vectors of W)
 LANES32 = 4 * W
+#: fast-path terms a float32 lane block takes before its float64 lanes (module doc)
+SUM_BLOCK = 4 * LANES32
 #: float64 term lanes per chunk (2 vectors of W // 2)
 LANES64 = W
 #: float64 lanes of the backward's gradient sums (4 vectors of W // 2)
@@ -206,36 +223,78 @@ def _max_rest(xs, c0, k, cl, m0, m1, m2, m3):
 @njit(forceinline=True, error_model="numpy")
 def _sum32(xs, c0, cl, m):
     """``sum(exp(x - m))`` over 64 float32 lanes + the tree (module doc),
-    terms by :func:`._math.exp_f32_sum`."""
-    return np.float64(reduce_add(_sum32_lanes(xs, c0, cl, m)))
+    terms by :func:`._math.exp_f32_sum`; float64 lanes past
+    :data:`SUM_BLOCK` terms."""
+    wide_vectors()
+    z = splat(_ZERO)
+    return _sum32_rest(xs, c0, 0, cl, m, z, z, z, z, splat(0.0), splat(0.0))
 
 
 @njit(forceinline=True, error_model="numpy")
 def _sum32_lanes(xs, c0, cl, m):
-    """:func:`_sum32` before its tree: the vector of 16 float32 lanes whose
-    :func:`._vec.reduce_add` it is."""
+    """:func:`_sum32` of a chunk of at most :data:`SUM_BLOCK` terms before
+    its tree: the vector of 16 float32 lanes whose :func:`._vec.reduce_add`
+    it is."""
     wide_vectors()
-    z = splat(_ZERO)
-    return _sum32_rest(xs, c0, 0, cl, m, z, z, z, z)
-
-
-@njit(forceinline=True, error_model="numpy")
-def _sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3):
-    """:func:`_sum32` from its ``k``-th term on (accumulators given, in the
-    order of :func:`_sum32_pairs`)."""
-    ahead = c0 + CHUNK  # the next chunk, on its way in while this one computes
+    a0 = splat(_ZERO)
+    a1 = a0
+    a2 = a0
+    a3 = a0
+    k = 0
     while k + 4 * W <= cl:
-        for q in range(0, 4 * W, _LINE):
-            prefetch_ahead(xs, ahead + k + q)
-        v0, v1, v2, v3 = _sum32_pairs(xs, c0 + k)
-        a0 = a0 + exp_f32_sum(v0 - m)
-        a1 = a1 + exp_f32_sum(v1 - m)
-        a2 = a2 + exp_f32_sum(v2 - m)
-        a3 = a3 + exp_f32_sum(v3 - m)
+        a0, a1, a2, a3 = _sum32_step(xs, c0, k, m, a0, a1, a2, a3)
         k += 4 * W
     a0, a1 = unpair(a0, a1, (xs,))
     a2, a3 = unpair(a2, a3, (xs,))
     return _sum32_finish(xs, c0 + k, cl - k, m, a0, a1, a2, a3)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _sum32_step(xs, c0, k, m, a0, a1, a2, a3):
+    """One 4-vector step (terms ``k`` to ``k + 4W`` of the chunk at ``c0``,
+    pair order) into the four accumulators; the next chunk asked for."""
+    for q in range(0, 4 * W, _LINE):
+        prefetch_ahead(xs, c0 + CHUNK + k + q)  # on its way in while this one computes
+    v0, v1, v2, v3 = _sum32_pairs(xs, c0 + k)
+    return (a0 + exp_f32_sum(v0 - m), a1 + exp_f32_sum(v1 - m),
+            a2 + exp_f32_sum(v2 - m), a3 + exp_f32_sum(v3 - m))
+
+
+@njit(forceinline=True, error_model="numpy")
+def _widen_block(a0, a1, a2, a3, h0, h1, group):
+    """A block's four float32 accumulators (pair order) folded to 16 lanes
+    (``+ 32``, ``+ 16``) and added into the float64 lanes ``h0`` (0-7),
+    ``h1`` (8-15)."""
+    a0, a1 = unpair(a0, a1, group)
+    a2, a3 = unpair(a2, a3, group)
+    v = (a0 + a2) + (a1 + a3)
+    return h0 + lo_f64(v), h1 + hi_f64(v)
+
+
+@njit(forceinline=True, error_model="numpy")
+def _sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3, h0, h1):
+    """:func:`_sum32` from its ``k``-th term on (``k`` a whole number of
+    4-vector steps; the float32 accumulators of ``k``'s block, in the order
+    of :func:`_sum32_pairs`, and the float64 lanes of the blocks before it
+    given). A chunk of at most :data:`SUM_BLOCK` terms is one block, which
+    keeps its float32 tree."""
+    blocks = cl > SUM_BLOCK
+    z = splat(_ZERO)
+    while k + 4 * W <= cl:
+        a0, a1, a2, a3 = _sum32_step(xs, c0, k, m, a0, a1, a2, a3)
+        k += 4 * W
+        if blocks and k % SUM_BLOCK == 0:
+            h0, h1 = _widen_block(a0, a1, a2, a3, h0, h1, (xs,))
+            a0 = z
+            a1 = z
+            a2 = z
+            a3 = z
+    a0, a1 = unpair(a0, a1, (xs,))
+    a2, a3 = unpair(a2, a3, (xs,))
+    v = _sum32_finish(xs, c0 + k, cl - k, m, a0, a1, a2, a3)
+    if not blocks:
+        return np.float64(reduce_add(v))
+    return reduce_add((h0 + lo_f64(v)) + (h1 + hi_f64(v)))
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -353,6 +412,9 @@ def _sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n, fold, nt):
     a1 = a0
     a2 = a0
     a3 = a0
+    h0 = splat(0.0)  # the float64 lanes of the blocks done (module doc)
+    h1 = h0
+    blocks = cl > SUM_BLOCK
     n0 = splat(_NINF)  # the next chunk's max (fold), chunk_max's accumulators
     n1 = n0
     n2 = n0
@@ -410,6 +472,12 @@ def _sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n, fold, nt):
         y2 = (p2 - mp) - lp
         y3 = (p3 - mp) - lp
         k += 4 * W
+        if blocks and k % SUM_BLOCK == 0:
+            h0, h1 = _widen_block(a0, a1, a2, a3, h0, h1, (xs,))
+            a0 = splat(_ZERO)
+            a1 = a0
+            a2 = a0
+            a3 = a0
     if k > 0:
         j = lo + k
         _put_pair(os, j - 4 * W, y0, y1, nt, (ps, os))
@@ -418,7 +486,7 @@ def _sum32_writing(xs, c0, cl, m, ps, os, mp, lp, head, n, fold, nt):
     if nt:  # the window's last whole lines, which the 4-vector steps did not reach
         a = stream_forward(ps, os, a, e, _LSM, False, 0.0, 0.0, mp, lp)
     _store_range(os, ps, a, hi, mp, lp)
-    sum_ = np.float64(reduce_add(_sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3)))  # the last terms (pair order)
+    sum_ = _sum32_rest(xs, c0, k, cl, m, a0, a1, a2, a3, h0, h1)  # the last terms (pair order)
     if nl <= 0:
         return sum_, _NINF
     # the next chunk's max from where the steps above stopped taking it
@@ -541,9 +609,16 @@ def chunk_sum64_keeping(xs, cl, m, d, at):
 
 
 @njit(forceinline=True, error_model="numpy")
+def chunk_sum32(xs, cl, m):
+    """The fast path's ``s_c`` of a chunk ``xs[:cl]`` whose max ``m`` is known."""
+    return _sum32(xs, 0, cl, m)
+
+
+@njit(forceinline=True, error_model="numpy")
 def chunk_sum32_lanes(xs, cl, m):
-    """:func:`chunk_sum_at`'s fast sum before its tree (float32 vector; ``m >
-    -inf``); its float64 widening is the sum."""
+    """:func:`chunk_sum_at`'s fast sum of a chunk of at most
+    :data:`SUM_BLOCK` terms before its tree (float32 vector; ``m > -inf``);
+    its float64 widening is the sum."""
     return _sum32_lanes(xs, 0, cl, m)
 
 
