@@ -52,6 +52,7 @@ bench: $(VENV)/.installed-test
 bench-all: bench
 	$(BIN)/python benchmarks/every_size.py
 	$(BIN)/python benchmarks/accuracy_vs_torch.py
+	$(BIN)/python benchmarks/accuracy_vs_torch.py --long --dtypes f32 --ops log_softmax,softmax
 	$(BIN)/python benchmarks/few_rows_cache.py
 	$(BIN)/python benchmarks/scratch_contents.py
 	$(BIN)/python benchmarks/bench_autograd.py
