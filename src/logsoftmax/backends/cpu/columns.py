@@ -692,10 +692,29 @@ def _tile_sums_lane_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, pf,
             for i in range(min(W, jn - j)):
                 sc[j + i] = acc64[i]
     else:
+        blocks = cl > SUM_BLOCK  # .segment._sum32's blocks (see the row-major sums)
+        block = SUM_BLOCK if blocks else max(cl, 1)
         for j in range(0, jn, W):
-            strip_sums32(xb, p + j, sn, cl, jn - j, vload(mc, j), acc32, acc64)
-            for i in range(min(W, jn - j)):
-                sc[j + i] = acc64[i]
+            m = vload(mc, j)
+            for b0 in range(0, cl, block):
+                b1 = min(b0 + block, cl)
+                used = min(b1 - b0, LANES32)
+                for lane_ in range(used):
+                    a = splat(_ZERO)
+                    for k in range(b0 + lane_, b1, LANES32):
+                        x = vload_n(xb, p + k * sn + j, jn - j, _NINF)
+                        a = a + exp_f32_sum(x - m)  # the terms of .segment._sum32
+                    vstore(acc32, lane_ * W, a)
+                if blocks:
+                    _widen_block(acc32, acc64, used, 1, W, b0 == 0)
+            if blocks:
+                _lane_tree(acc64, _WIDE_LANES, 2, W // 2, W, _WIDE_LANES)
+                for i in range(min(W, jn - j)):
+                    sc[j + i] = acc64[i]
+            else:
+                _lane_tree(acc32, used, 1, W, W, LANES32)
+                for i in range(min(W, jn - j)):
+                    sc[j + i] = np.float64(acc32[i])
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -773,9 +792,14 @@ def _tile_sums_row_major(xb, p, sn, cl, jn, accurate, acc32, acc64, mc, sc, J, p
                     vstore(acc32, q + j, vload(acc32, q + j) + e)
             if blocks:
                 _widen_block(acc32, acc64, used, nv, J, b0 == 0)
-        _finish_sums32(acc32, acc64, used, blocks, nv, J)
-        for j in range(jn):
-            sc[j] = acc64[j]
+        if blocks:
+            _lane_tree(acc64, _WIDE_LANES, 2 * nv, W // 2, J, _WIDE_LANES)
+            for j in range(jn):
+                sc[j] = acc64[j]
+        else:
+            _lane_tree(acc32, used, nv, W, J, LANES32)
+            for j in range(jn):
+                sc[j] = np.float64(acc32[j])
 
 
 @njit(forceinline=True, error_model="numpy")
@@ -796,44 +820,6 @@ def _lane_tree(acc, used, nvec, w, J, lanes):
 
 #: the float64 lanes of a fast-path sum past SUM_BLOCK terms (.segment._sum32)
 _WIDE_LANES = W
-
-
-@njit(forceinline=True, error_model="numpy")
-def strip_sums32(xb, p, sn, cl, w, m, acc32, acc64):
-    """The fast path's sums of ``cl`` rows of a strip of ``w`` columns
-    (``w >= W``: ``W`` of them) from ``xb[p]``, rows ``sn`` apart, column
-    max ``m``: one lane at a time, the lane's running sum in a register,
-    in :func:`.segment._sum32`'s order (blocks past ``SUM_BLOCK`` rows).
-    Leaves the float64 sums of the ``W`` columns in ``acc64[:W]``; the
-    tiles' lane-major sums and :mod:`.fewrows`' strips."""
-    blocks = cl > SUM_BLOCK
-    block = SUM_BLOCK if blocks else max(cl, 1)
-    for b0 in range(0, cl, block):
-        b1 = min(b0 + block, cl)
-        used = min(b1 - b0, LANES32)
-        for lane_ in range(used):
-            a = splat(_ZERO)
-            for k in range(b0 + lane_, b1, LANES32):
-                a = a + exp_f32_sum(vload_n(xb, p + k * sn, w, _NINF) - m)  # .segment._sum32's terms
-            vstore(acc32, lane_ * W, a)
-        if blocks:
-            _widen_block(acc32, acc64, used, 1, W, b0 == 0)
-    _finish_sums32(acc32, acc64, used, blocks, 1, W)
-
-
-@njit(forceinline=True, error_model="numpy")
-def _finish_sums32(acc32, acc64, used, blocks, nvec, J):
-    """The lane tree of a fast-path sum: of the float64 lanes (``blocks``)
-    or of the ``used`` float32 ones, widened once summed. Leaves the
-    float64 sums in row 0 of ``acc64`` (``nvec`` vectors of ``W`` columns)."""
-    if blocks:
-        _lane_tree(acc64, _WIDE_LANES, 2 * nvec, W // 2, J, _WIDE_LANES)
-        return
-    _lane_tree(acc32, used, nvec, W, J, LANES32)
-    for v in range(nvec):
-        x = vload(acc32, v * W)
-        vstore(acc64, v * W, lo_f64(x))
-        vstore(acc64, v * W + W // 2, hi_f64(x))
 
 
 @njit(forceinline=True, error_model="numpy")

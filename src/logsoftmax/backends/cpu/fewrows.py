@@ -80,7 +80,7 @@ import numpy as np
 from numba import njit
 
 from .. import Op
-from ._math import exp_f64, log_f64
+from ._math import exp_f32_sum, exp_f64, log_f64
 from ._simd import float32_result, wide_vectors
 from ._vec import (
     W,
@@ -103,14 +103,14 @@ from .columns import (
     _col_nan,
     _grad_vec,
     _lane_tree,
+    _widen_block,
     _tile_cols,
     _tile_geom,
     _tiles_stream,
     line_shift,
-    strip_sums32,
     tiles_per_outer,
 )
-from .segment import CHUNK, GRAD_LANES, LANES32, LANES64, forward_vec, vmax_x86
+from .segment import CHUNK, GRAD_LANES, LANES32, LANES64, SUM_BLOCK, forward_vec, vmax_x86
 
 __all__ = [
     "FEW_ROWS",
@@ -164,6 +164,19 @@ def takes_backward_few_rows(g):
 
 
 @njit(forceinline=True, error_model="numpy")
+def _strip_lanes32(xb, p, sn, w, m, acc32, b0, b1):
+    """The float32 lanes of the strip's rows ``[b0, b1)`` (row ``k`` in lane
+    ``k % LANES32``) into ``acc32``; returns the lanes used."""
+    used = min(b1 - b0, LANES32)
+    for lane_ in range(used):
+        a = splat(_ZERO)
+        for k in range(b0 + lane_, b1, LANES32):
+            a = a + exp_f32_sum(vload_n(xb, p + k * sn, w, _NINF) - m)
+        vstore(acc32, lane_ * W, a)
+    return used
+
+
+@njit(forceinline=True, error_model="numpy")
 def _strip_stats(xb, p, sn, n, w, accurate, acc64, acc32, sb, h):
     """Max and sums of the strip of ``w`` columns at ``xb[p]``: the max's
     float64 halves into ``sb[h:]``, the float64 sums (lanes past ``w``: 1)
@@ -188,8 +201,18 @@ def _strip_stats(xb, p, sn, n, w, accurate, acc64, acc32, sb, h):
             vstore(acc64, lane_ * W, al)
             vstore(acc64, lane_ * W + W // 2, ah)
         _lane_tree(acc64, used, 2, W // 2, W, LANES64)
+    elif n > SUM_BLOCK:  # .segment._sum32's blocks, as the tiles' (_widen_block)
+        for b0 in range(0, n, SUM_BLOCK):
+            b1 = min(b0 + SUM_BLOCK, n)
+            used = _strip_lanes32(xb, p, sn, w, m, acc32, b0, b1)
+            _widen_block(acc32, acc64, used, 1, W, b0 == 0)
+        _lane_tree(acc64, W, 2, W // 2, W, W)
     else:
-        strip_sums32(xb, p, sn, n, w, m, acc32, acc64)
+        used = _strip_lanes32(xb, p, sn, w, m, acc32, 0, n)
+        _lane_tree(acc32, used, 1, W, W, LANES32)
+        s = vload(acc32, 0)
+        vstore(acc64, 0, lo_f64(s))
+        vstore(acc64, W // 2, hi_f64(s))
     if not math.isfinite(reduce_add(m)):  # an all--inf column (or inf, NaN), or w < W
         for i in range(w):
             if lane(m, i) == _NINF:

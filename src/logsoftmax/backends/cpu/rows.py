@@ -62,8 +62,8 @@ from .segment import (
     chunk_max,
     chunk_max_lanes,
     chunk_stats,
+    chunk_sum32,
     chunk_sum32_lanes,
-    chunk_sum_at,
     chunk_sum64_keeping,
     chunk_sum64_lanes,
     empty_sum,
@@ -1115,7 +1115,7 @@ def _forward_short_rows(xb, ob, g, op, accurate, r0, r1, n, whole):
             elif accurate:
                 vstore(lanes64, i * (W // 2), chunk_sum64_lanes(xs, n, mx[i]))
             elif n > SUM_BLOCK:  # float64 lanes, their tree its own (segment._sum32)
-                s[i] = chunk_sum_at(xs, n, mx[i], False)[1]
+                s[i] = chunk_sum32(xs, n, mx[i])
             else:
                 vstore(lanes, i * W, chunk_sum32_lanes(xs, n, mx[i]))
             if fetch and b0 + nb + i < r1:

@@ -120,8 +120,8 @@ __all__ = [
     "chunk_max_lanes",
     "chunk_sum64_lanes",
     "chunk_sum64_keeping",
+    "chunk_sum32",
     "chunk_sum32_lanes",
-    "chunk_sum_at",
     "empty_sum",
     "chunk_stats",
     "sum32_writing",
@@ -606,6 +606,12 @@ def chunk_sum64_keeping(xs, cl, m, d, at):
     """:func:`chunk_sum64_lanes` that also keeps its exact differences ``x -
     m`` in ``d`` from ``at`` (:func:`_sum64_lanes`)."""
     return _sum64_lanes(xs, 0, cl, m, d, at)
+
+
+@njit(forceinline=True, error_model="numpy")
+def chunk_sum32(xs, cl, m):
+    """The fast path's ``s_c`` of a chunk ``xs[:cl]`` whose max ``m`` is known."""
+    return _sum32(xs, 0, cl, m)
 
 
 @njit(forceinline=True, error_model="numpy")
